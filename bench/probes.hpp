@@ -1,0 +1,131 @@
+// Machine-limit probes: the yardsticks every benchmark figure is divided by.
+//
+//   read bandwidth  a streaming read (sum of 64-bit words) over a buffer much larger
+//                   than the last-level cache, one contiguous slice per thread, best
+//                   of several passes. What a memory-bound kernel (decode GEMV) can
+//                   at best reach.
+//   f32 FMA peak    independent FMA chains held in registers, one per accumulator,
+//                   enough of them to cover the FMA latency. What a compute-bound
+//                   kernel (prefill GEMM) can at best reach.
+//
+// Both use the executor given, so they measure the same threads as the benchmark.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "slm/parallel.hpp"
+#include "slm/tensor.hpp"
+
+namespace slm::bench {
+
+struct probe_result {
+  double read_bytes_per_s = 0;
+  double f32_flops_per_s = 0;
+  std::size_t threads = 1;
+  std::size_t probe_bytes = 0;
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes/s of a parallel streaming read over `bytes` bytes.
+inline double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes = 4) {
+  auto buf = aligned_buffer::allocate(bytes, 4096);
+  if (!buf.ok()) return 0;
+  const std::size_t words = bytes / 8;
+  auto* p = reinterpret_cast<std::uint64_t*>(buf->data());
+  // Touch every page from the threads that will read it (first-touch placement).
+  (void)parallel_for(ex, 0, words, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
+  });
+  std::vector<std::uint64_t> sink(ex.concurrency() * 8, 0);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) {
+      const auto r = partition(0, words, ex.concurrency()).chunk(c);
+      std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      std::size_t i = r.begin;
+      for (; i + 8 <= r.end; i += 8) {
+        a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+        a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+      }
+      for (; i < r.end; ++i) a0 += p[i];
+      sink[c * 8] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;  // one cache line per chunk
+    });
+    const double s = seconds_since(t0);
+    if (s > 0 && static_cast<double>(bytes) / s > best) best = static_cast<double>(bytes) / s;
+  }
+  volatile std::uint64_t keep = 0;
+  for (auto v : sink) keep = keep + v;
+  return best;
+}
+
+// FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread.
+inline double probe_fma_f32(executor_ref ex, std::size_t iters = 20'000'000) {
+  constexpr int chains = 12;  // > FMA latency x issue width on current x86 cores
+#if defined(__AVX512F__)
+  constexpr int lanes = 16;
+#elif defined(__AVX2__) && defined(__FMA__)
+  constexpr int lanes = 8;
+#else
+  constexpr int lanes = 1;
+#endif
+  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) {
+#if defined(__AVX512F__)
+      __m512 acc[chains];
+      for (int j = 0; j < chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+      const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
+      for (std::size_t i = 0; i < iters / lanes; ++i)
+        for (int j = 0; j < chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+      alignas(64) float tmp[16];
+      float s = 0;
+      for (int j = 0; j < chains; ++j) {
+        _mm512_store_ps(tmp, acc[j]);
+        for (float t : tmp) s += t;
+      }
+#elif defined(__AVX2__) && defined(__FMA__)
+      __m256 acc[chains];
+      for (int j = 0; j < chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+      const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
+      for (std::size_t i = 0; i < iters / lanes; ++i)
+        for (int j = 0; j < chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+      alignas(32) float tmp[8];
+      float s = 0;
+      for (int j = 0; j < chains; ++j) {
+        _mm256_store_ps(tmp, acc[j]);
+        for (float t : tmp) s += t;
+      }
+#else
+      float acc[chains];
+      for (int j = 0; j < chains; ++j) acc[j] = 0.5f + 0.01f * static_cast<float>(j);
+      for (std::size_t i = 0; i < iters; ++i)
+        for (int j = 0; j < chains; ++j) acc[j] = acc[j] * 0.999999f + 1e-6f;
+      float s = 0;
+      for (float v : acc) s += v;
+#endif
+      sink[c * 16] = s;
+    });
+    const double sec = seconds_since(t0);
+    const double flops = 2.0 * chains * static_cast<double>(iters / lanes) * lanes * static_cast<double>(ex.concurrency());
+    if (sec > 0 && flops / sec > best) best = flops / sec;
+  }
+  volatile float keep = 0;
+  for (float v : sink) keep = keep + v;
+  return best;
+}
+
+}  // namespace slm::bench

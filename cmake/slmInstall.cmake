@@ -1,0 +1,36 @@
+# Install rules and package files, so that after `cmake --install` a host can write
+#   find_package(slm 0.1 REQUIRED)  target_link_libraries(app PRIVATE slm::slm)
+# or use pkg-config (`pkg-config --cflags slm`). The build tree is exported as well, so
+# find_package also works against a build directory without installing.
+include(CMakePackageConfigHelpers)
+
+set(SLM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_DATADIR}/cmake/slm" CACHE STRING
+    "Where slmConfig.cmake is installed (relative to the prefix)")
+
+install(TARGETS slm EXPORT slmTargets INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY include/slm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
+install(EXPORT slmTargets NAMESPACE slm:: DESTINATION ${SLM_INSTALL_CMAKEDIR})
+export(EXPORT slmTargets NAMESPACE slm:: FILE ${PROJECT_BINARY_DIR}/slmTargets.cmake)
+
+configure_package_config_file(cmake/slmConfig.cmake.in ${PROJECT_BINARY_DIR}/slmConfig.cmake
+  INSTALL_DESTINATION ${SLM_INSTALL_CMAKEDIR})
+# A header-only library fits any architecture; only the major version promises an API.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+install(FILES ${PROJECT_BINARY_DIR}/slmConfig.cmake ${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
+  DESTINATION ${SLM_INSTALL_CMAKEDIR})
+
+# pkg-config: the flags a non-CMake build needs (C++20, threads, optional OpenMP).
+set(SLM_PC_CFLAGS "-std=c++20")
+set(SLM_PC_LIBS "-pthread")
+if(SLM_USE_OPENMP)
+  string(APPEND SLM_PC_CFLAGS " -fopenmp -DSLM_USE_OPENMP=1")
+  string(APPEND SLM_PC_LIBS " -fopenmp")
+endif()
+if(SLM_USE_XSIMD)
+  string(APPEND SLM_PC_CFLAGS " -DSLM_USE_XSIMD=1")
+  set(SLM_PC_REQUIRES "xsimd")
+endif()
+configure_file(cmake/slm.pc.in ${PROJECT_BINARY_DIR}/slm.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/slm.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)
+install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/slm)

@@ -1,0 +1,172 @@
+// slm - the command-line front end of the slm library.
+//
+//   slm inspect --model DIR|FILE.safetensors [--no-tensors]
+//   slm --version | --help
+//
+// Every error prints one line "slm: error: ..." and exits non-zero (2 for usage errors).
+// Subcommands are rows of one table; each is a plain function over parsed arguments.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slm/slm.hpp"
+
+namespace {
+
+struct args {
+  std::vector<std::string_view> positional;
+  std::map<std::string, std::string, std::less<>> options;  // --key value, or --flag -> ""
+
+  bool has(std::string_view k) const { return options.find(k) != options.end(); }
+  std::string_view get(std::string_view k, std::string_view fallback = {}) const {
+    auto it = options.find(k);
+    return it == options.end() ? fallback : std::string_view(it->second);
+  }
+};
+
+int usage_error(const std::string& msg) {
+  std::fprintf(stderr, "slm: error: %s (see 'slm --help')\n", msg.c_str());
+  return 2;
+}
+int fail(const slm::status& s) {
+  std::fprintf(stderr, "slm: error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(n);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) v /= 1024.0, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u ? "%.2f %s" : "%.0f %s", v, unit[u]);
+  return buf;
+}
+
+// Summary of tensors by dtype, then (optionally) one line per tensor.
+template <class Source>
+void print_tensors(const Source& src, std::size_t count, bool list) {
+  struct totals { std::size_t tensors = 0; std::uint64_t elements = 0, bytes = 0; };
+  std::map<std::string_view, totals> by_type;
+  totals all;
+  for (std::size_t i = 0; i < count; ++i) {
+    const slm::safetensors::tensor_info& t = src(i);
+    auto& b = by_type[slm::safetensors_name(t.type)];
+    for (totals* x : {&b, &all}) {
+      x->tensors += 1;
+      x->elements += static_cast<std::uint64_t>(t.shape.numel());
+      x->bytes += t.end - t.begin;
+    }
+  }
+  std::printf("weights   %zu tensors, %llu elements, %s\n", all.tensors,
+              static_cast<unsigned long long>(all.elements), human_bytes(all.bytes).c_str());
+  for (const auto& [name, x] : by_type)
+    std::printf("  %-8.*s %6zu tensors %14llu elements %12s\n", static_cast<int>(name.size()), name.data(),
+                x.tensors, static_cast<unsigned long long>(x.elements), human_bytes(x.bytes).c_str());
+  if (!list) return;
+  std::printf("\n%-56s %-8s %-22s %12s\n", "tensor", "dtype", "shape", "bytes");
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& t = src(i);
+    std::printf("%-56s %-8.*s %-22s %12llu\n", t.name.c_str(), static_cast<int>(slm::safetensors_name(t.type).size()),
+                slm::safetensors_name(t.type).data(), t.shape.to_string().c_str(),
+                static_cast<unsigned long long>(t.end - t.begin));
+  }
+}
+
+void print_config(const slm::json::value& config) {
+  const slm::json::value& archs = config["architectures"];
+  std::string arch = archs.size() && archs[0].is_string() ? std::string(archs[0].as_string()) : "?";
+  std::printf("type      %s (%s)\n", std::string(config["model_type"].is_string() ? config["model_type"].as_string() : "?").c_str(),
+              arch.c_str());
+  // The dimensions most architectures share; anything else is in config.json itself.
+  const char* keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                        "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                        "num_experts", "n_routed_experts", "num_experts_per_tok", "state_size", "tie_word_embeddings"};
+  std::string line;
+  for (const char* k : keys) {
+    const slm::json::value* v = config.find(k);
+    if (!v || v->is_null()) continue;
+    line += slm::cat(line.empty() ? "" : " ", k, "=", v->is_string() ? std::string(v->as_string()) : slm::json::dump(*v));
+  }
+  std::printf("config    %s\n", line.c_str());
+}
+
+int cmd_inspect(const args& a) {
+  const std::string_view model = a.get("model", a.positional.empty() ? std::string_view{} : a.positional[0]);
+  if (model.empty()) return usage_error("inspect needs --model DIR (or a .safetensors file)");
+  const std::filesystem::path path{std::string(model)};
+  const bool list = !a.has("no-tensors");
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec)) {
+    auto f = slm::safetensors::file::open(path);
+    if (!f.ok()) return fail(f.error());
+    std::printf("file      %s\n", path.string().c_str());
+    for (const auto& [k, v] : f->header().metadata) std::printf("metadata  %s = %s\n", k.c_str(), v.c_str());
+    print_tensors([&](std::size_t i) -> const auto& { return f->tensors()[i]; }, f->tensors().size(), list);
+    return 0;
+  }
+  auto ck = slm::checkpoint::open(path);
+  if (!ck.ok()) return fail(ck.error());
+  std::printf("model     %s\n", path.string().c_str());
+  print_config(ck->config());
+  std::printf("files     %zu safetensors file%s%s%s%s\n", ck->shards().size(), ck->shards().size() == 1 ? "" : "s",
+              ck->generation_config() ? ", generation_config.json" : "",
+              ck->hf_quant_config() ? ", hf_quant_config.json" : "", ck->has_tokenizer() ? ", tokenizer.json" : "");
+  if (const auto* q = ck->quantization_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
+  if (const auto* q = ck->hf_quant_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
+  print_tensors([&](std::size_t i) -> const auto& { return ck->info(ck->tensors()[i]); }, ck->size(), list);
+  return 0;
+}
+
+struct command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(const args&);
+};
+constexpr command commands[] = {
+    {"inspect", "print a checkpoint's architecture, files, tensors and sizes", cmd_inspect},
+};
+
+void print_help() {
+  std::printf("slm %s - in-process inference for small specialist code models\n\nusage: slm COMMAND [options]\n\n",
+              slm::version_string);
+  for (const auto& c : commands)
+    std::printf("  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(), static_cast<int>(c.summary.size()),
+                c.summary.data());
+  std::printf(
+      "\ninspect options:\n"
+      "  --model DIR|FILE   a Hugging Face style model directory or one .safetensors file\n"
+      "  --no-tensors       print the summary only, not one line per tensor\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage_error("no command given");
+  const std::string_view name = argv[1];
+  if (name == "--help" || name == "-h" || name == "help") return print_help(), 0;
+  if (name == "--version") return std::printf("slm %s\n", slm::version_string), 0;
+  args a;
+  for (int i = 2; i < argc; ++i) {
+    std::string_view s = argv[i];
+    if (s.size() > 2 && s.substr(0, 2) == "--") {
+      std::string key(s.substr(2));
+      const bool is_flag = key == "no-tensors";
+      if (is_flag) {
+        a.options[key] = "";
+      } else {
+        if (i + 1 >= argc) return usage_error(slm::cat("option --", key, " needs a value"));
+        a.options[key] = argv[++i];
+      }
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  for (const auto& c : commands)
+    if (c.name == name) return c.run(a);
+  return usage_error(slm::cat("unknown command '", name, "'"));
+}

@@ -1,0 +1,233 @@
+// slm/checkpoint.hpp - a model directory as Hugging Face lays it out.
+//
+//   config.json                       required: architecture and dimensions
+//   model.safetensors                 one file of weights, or
+//   model.safetensors.index.json      {"weight_map": {tensor: shard file}} + the shards, or
+//   *.safetensors                     several files, no index (names must not collide)
+//   generation_config.json            optional: sampling defaults, eos ids
+//   hf_quant_config.json              optional: NVIDIA ModelOpt quantization description
+//   tokenizer.json                    optional: parsed on request (it can be large)
+//
+// Opening a checkpoint maps every shard and validates every header, so a bad file is
+// reported at load time with its name, never discovered mid-generation. No tensor data
+// is copied or even touched. A checkpoint is immutable once opened and can be shared
+// by any number of threads and sessions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "slm/json.hpp"
+#include "slm/mapped_file.hpp"
+#include "slm/safetensors.hpp"
+#include "slm/status.hpp"
+#include "slm/tensor.hpp"
+
+namespace slm {
+
+struct checkpoint_options {
+  safetensors::limits limits;
+  std::size_t max_json_bytes = 64u << 20;  // config files; tokenizer.json has its own limit below
+  std::size_t max_tokenizer_bytes = 256u << 20;
+};
+
+class checkpoint {
+ public:
+  struct entry {
+    std::string_view name;  // points into the shard's header
+    std::uint32_t shard;    // index into shards()
+    std::uint32_t index;    // index into shards()[shard].tensors()
+  };
+
+  static result<checkpoint> open(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
+    checkpoint c;
+    c.dir_ = dir;
+    c.opt_ = opt;
+    std::error_code ec;
+    if (!std::filesystem::exists(dir, ec)) return make_error(errc::not_found, dir.string(), ": no such directory");
+    if (!std::filesystem::is_directory(dir, ec))
+      return make_error(errc::invalid_argument, dir.string(), ": not a directory");
+
+    auto config = read_json(dir / "config.json", opt.max_json_bytes);
+    if (!config.ok()) return std::move(config).take_error();
+    if (!config->is_object()) return make_error(errc::format_error, (dir / "config.json").string(), ": not a JSON object");
+    c.config_ = std::move(*config);
+    SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
+    SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
+    SLM_TRY(c.open_weights());
+    return c;
+  }
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+  const json::value& config() const noexcept { return config_; }
+  std::string_view model_type() const noexcept {
+    const json::value& t = config_["model_type"];
+    return t.is_string() ? t.as_string() : std::string_view{};
+  }
+  const json::value* generation_config() const noexcept { return opt_value(generation_config_); }
+  // ModelOpt's hf_quant_config.json, if the directory has one.
+  const json::value* hf_quant_config() const noexcept { return opt_value(hf_quant_config_); }
+  // config.json's "quantization_config" (compressed-tensors, newer ModelOpt exports).
+  const json::value* quantization_config() const noexcept {
+    const json::value* q = config_.find("quantization_config");
+    return q && q->is_object() ? q : nullptr;
+  }
+
+  bool has_tokenizer() const noexcept {
+    std::error_code ec;
+    return std::filesystem::is_regular_file(tokenizer_path(), ec);
+  }
+  std::filesystem::path tokenizer_path() const { return dir_ / "tokenizer.json"; }
+  // Parsed on each call (nothing is cached, so a checkpoint stays immutable).
+  result<json::value> load_tokenizer_json() const { return read_json(tokenizer_path(), opt_.max_tokenizer_bytes); }
+
+  std::span<const safetensors::file> shards() const noexcept { return shards_; }
+  std::span<const entry> tensors() const noexcept { return entries_; }  // sorted by name
+  std::size_t size() const noexcept { return entries_.size(); }
+
+  const entry* find(std::string_view name) const noexcept {
+    auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                               [](const entry& e, std::string_view n) { return e.name < n; });
+    return it != entries_.end() && it->name == name ? &*it : nullptr;
+  }
+  const safetensors::tensor_info& info(const entry& e) const noexcept { return shards_[e.shard].tensors()[e.index]; }
+  tensor_view view(const entry& e) const noexcept { return shards_[e.shard].view(info(e)); }
+  result<tensor_view> tensor(std::string_view name) const {
+    const entry* e = find(name);
+    if (!e) return make_error(errc::not_found, dir_.string(), ": no tensor named '", name, "'");
+    return view(*e);
+  }
+
+  // Bytes of tensor data across all shards.
+  std::uint64_t data_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto& e : entries_) n += info(e).end - info(e).begin;
+    return n;
+  }
+
+ private:
+  static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes) {
+    auto text = read_text_file(path, max_bytes);
+    if (!text.ok()) return std::move(text).take_error();
+    json::parse_options o;
+    o.max_bytes = max_bytes;
+    auto v = json::parse(*text, o);
+    if (!v.ok()) return std::move(v).take_error().with_context(path.string());
+    return v;
+  }
+  static status read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
+                                   std::optional<json::value>& out) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) return {};
+    auto v = read_json(path, max_bytes);
+    if (!v.ok()) return std::move(v).take_error();
+    out = std::move(*v);
+    return {};
+  }
+  static const json::value* opt_value(const std::optional<json::value>& v) noexcept { return v ? &*v : nullptr; }
+
+  // A shard name from an index must be a plain file name in this directory: no path
+  // separators, no "..", so a hostile index cannot make us map files elsewhere.
+  static bool plain_file_name(std::string_view s) noexcept {
+    return !s.empty() && s != "." && s != ".." && s.find('/') == s.npos && s.find('\\') == s.npos &&
+           s.find('\0') == s.npos && s.find(':') == s.npos;
+  }
+
+  status open_shard(const std::filesystem::path& path) {
+    auto f = safetensors::file::open(path, opt_.limits);
+    if (!f.ok()) return std::move(f).take_error();
+    shards_.push_back(std::move(*f));
+    return {};
+  }
+
+  status open_weights() {
+    std::error_code ec;
+    const auto index_path = dir_ / "model.safetensors.index.json";
+    if (std::filesystem::exists(index_path, ec)) return open_indexed(index_path);
+    if (std::filesystem::exists(dir_ / "model.safetensors", ec)) {
+      SLM_TRY(open_shard(dir_ / "model.safetensors"));
+      return index_all_shards();
+    }
+    std::vector<std::filesystem::path> files;
+    for (const auto& de : std::filesystem::directory_iterator(dir_, ec))
+      if (de.path().extension() == ".safetensors") files.push_back(de.path());
+    if (ec) return make_error(errc::io_error, dir_.string(), ": cannot list the directory: ", ec.message());
+    if (files.empty()) {
+      if (std::filesystem::exists(dir_ / "pytorch_model.bin", ec))
+        return make_error(errc::unsupported, dir_.string(),
+                          ": only PyTorch pickle weights (pytorch_model.bin); convert them to safetensors");
+      return make_error(errc::not_found, dir_.string(),
+                        ": no weights (expected model.safetensors, model.safetensors.index.json or *.safetensors)");
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto& p : files) SLM_TRY(open_shard(p));
+    return index_all_shards();
+  }
+
+  // Every tensor of every shard, names unique across shards.
+  status index_all_shards() {
+    for (std::uint32_t s = 0; s < shards_.size(); ++s)
+      for (std::uint32_t i = 0; i < shards_[s].tensors().size(); ++i)
+        entries_.push_back({shards_[s].tensors()[i].name, s, i});
+    std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
+    for (std::size_t i = 1; i < entries_.size(); ++i)
+      if (entries_[i].name == entries_[i - 1].name)
+        return make_error(errc::format_error, "tensor '", entries_[i].name, "' is in both ",
+                          shards_[entries_[i - 1].shard].name(), " and ", shards_[entries_[i].shard].name());
+    return {};
+  }
+
+  // The index's weight_map names the shard of each tensor; tensors a shard holds but
+  // the map does not list are ignored, as transformers ignores them.
+  status open_indexed(const std::filesystem::path& index_path) {
+    auto index = read_json(index_path, opt_.max_json_bytes);
+    if (!index.ok()) return std::move(index).take_error();
+    const json::value* map = index->find("weight_map");
+    if (!map || !map->is_object())
+      return make_error(errc::format_error, index_path.string(), ": no \"weight_map\" object");
+    std::vector<std::string> shard_names;
+    for (const json::member& m : map->members()) {
+      if (!m.val.is_string())
+        return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] is not a string");
+      const std::string_view file = m.val.as_string();
+      if (!plain_file_name(file))
+        return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] = \"", file,
+                          "\" is not a file name in the checkpoint directory");
+      if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end())
+        shard_names.emplace_back(file);
+    }
+    std::sort(shard_names.begin(), shard_names.end());
+    shards_.reserve(shard_names.size());
+    for (const auto& name : shard_names) SLM_TRY(open_shard(dir_ / name));
+    for (const json::member& m : map->members()) {
+      const std::string_view file = m.val.as_string();
+      const auto s = static_cast<std::uint32_t>(
+          std::lower_bound(shard_names.begin(), shard_names.end(), file) - shard_names.begin());
+      const safetensors::tensor_info* t = shards_[s].find(m.key);
+      if (!t)
+        return make_error(errc::format_error, index_path.string(), ": tensor '", m.key, "' is mapped to ", file,
+                          ", which does not contain it");
+      entries_.push_back({t->name, s, static_cast<std::uint32_t>(t - shards_[s].tensors().data())});
+    }
+    std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
+    return {};
+  }
+
+  std::filesystem::path dir_;
+  checkpoint_options opt_;
+  json::value config_;
+  std::optional<json::value> generation_config_;
+  std::optional<json::value> hf_quant_config_;
+  std::vector<safetensors::file> shards_;
+  std::vector<entry> entries_;
+};
+
+}  // namespace slm

@@ -1,0 +1,50 @@
+# ctest driver: builds and runs tests/consumer against slm three ways.
+#   cmake -DSLM_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -P run.cmake
+foreach(v SLM_SOURCE_DIR WORK_DIR GENERATOR CXX)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run.cmake needs -D${v}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK_DIR})
+set(common -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX} -DCMAKE_BUILD_TYPE=Release)
+
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message(STATUS "${out}")
+endfunction()
+
+function(consume mode)
+  set(b ${WORK_DIR}/${mode})
+  run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR} -B ${b} ${common} -DSLM_CONSUME=${mode}
+      -DSLM_SOURCE_DIR=${SLM_SOURCE_DIR} -DFETCHCONTENT_SOURCE_DIR_SLM=${SLM_SOURCE_DIR} ${ARGN})
+  run(${CMAKE_COMMAND} --build ${b})
+  run(${b}/consumer)
+endfunction()
+
+consume(subdirectory)
+consume(fetchcontent)
+
+# find_package after installing into a temporary prefix (slm alone: no tests or tools).
+set(prefix ${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${WORK_DIR}/slm-build ${common} -DSLM_BUILD_TESTS=OFF
+    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DCMAKE_INSTALL_PREFIX=${prefix})
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/slm-build)
+run(${CMAKE_COMMAND} --install ${WORK_DIR}/slm-build)
+consume(find_package -DCMAKE_PREFIX_PATH=${prefix})
+
+# pkg-config, for hosts that do not use CMake.
+find_program(PKG_CONFIG pkg-config)
+if(PKG_CONFIG)
+  set(ENV{PKG_CONFIG_PATH} ${prefix}/share/pkgconfig)
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs slm RESULT_VARIABLE rc OUTPUT_VARIABLE flags
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config cannot find slm")
+  endif()
+  separate_arguments(flags UNIX_COMMAND "${flags}")
+  run(${CXX} ${flags} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc ${flags})
+  run(${WORK_DIR}/consumer_pc)
+endif()

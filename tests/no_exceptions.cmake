@@ -1,0 +1,20 @@
+# ctest driver: configure, build and run the unit tests with -fno-exceptions -fno-rtti,
+# and with SLM_USE_OPENMP=ON so the OpenMP executor is built and tested as well
+# (GoogleTest itself is built from source in that mode; see tests/CMakeLists.txt).
+foreach(v SOURCE_DIR BUILD_DIR GENERATOR CXX)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "no_exceptions.cmake needs -D${v}=...")
+  endif()
+endforeach()
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message(STATUS "${out}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${err}")
+  endif()
+endfunction()
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BUILD_DIR} -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX}
+    -DCMAKE_BUILD_TYPE=Release -DSLM_NO_EXCEPTIONS=ON -DSLM_BUILD_EXAMPLES=ON -DSLM_BUILD_BENCH=OFF
+    -DSLM_INSTALL=OFF -DSLM_USE_OPENMP=ON -DSLM_GOLDEN_DIR=${GOLDEN_DIR})
+run(${CMAKE_COMMAND} --build ${BUILD_DIR})
+run(${CMAKE_CTEST_COMMAND} --test-dir ${BUILD_DIR} --output-on-failure -L "unit|cli|fuzz")

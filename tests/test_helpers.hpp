@@ -1,0 +1,86 @@
+// Small helpers shared by slm's tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "slm/status.hpp"
+
+namespace slm_test {
+
+// The error's message contains every one of `parts`, and the code is `code`.
+template <class R>
+::testing::AssertionResult fails_with(const R& r, slm::errc code, std::initializer_list<std::string_view> parts) {
+  if (r.ok()) return ::testing::AssertionFailure() << "expected an error, got success";
+  const slm::status& s = [&]() -> const slm::status& {
+    if constexpr (std::is_same_v<R, slm::status>) return r;
+    else return r.error();
+  }();
+  if (s.code() != code)
+    return ::testing::AssertionFailure() << "expected code '" << slm::to_string(code) << "', got '"
+                                         << slm::to_string(s.code()) << "': " << s.message();
+  for (std::string_view p : parts)
+    if (s.message().find(p) == std::string::npos)
+      return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << s.message();
+  return ::testing::AssertionSuccess();
+}
+
+inline std::vector<std::byte> bytes_of(std::string_view s) {
+  std::vector<std::byte> b(s.size());
+  if (!s.empty()) std::memcpy(b.data(), s.data(), s.size());
+  return b;
+}
+
+// A raw safetensors file: length prefix + header text + data bytes.
+inline std::vector<std::byte> raw_safetensors(std::string_view header, std::size_t data_bytes,
+                                              std::uint64_t length_override = ~0ull) {
+  const std::uint64_t n = length_override == ~0ull ? header.size() : length_override;
+  std::vector<std::byte> f(8 + header.size() + data_bytes, std::byte{0});
+  for (int i = 0; i < 8; ++i) f[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
+  std::memcpy(f.data() + 8, header.data(), header.size());
+  for (std::size_t i = 0; i < data_bytes; ++i) f[8 + header.size() + i] = static_cast<std::byte>(i * 7 + 1);
+  return f;
+}
+
+// A scratch directory, removed when the test ends.
+class temp_dir {
+ public:
+  explicit temp_dir(std::string_view name) {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (std::string("slm_test_") + info->test_suite_name() + "_" + info->name() + "_" + std::string(name));
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+    std::filesystem::create_directories(path_, ec);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(std::string_view f) const { return path_ / f; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline bool write_file(const std::filesystem::path& p, const void* data, std::size_t n) {
+  std::FILE* f = std::fopen(p.string().c_str(), "wb");
+  if (!f) return false;
+  const bool ok = (n == 0 || std::fwrite(data, 1, n, f) == n);
+  return std::fclose(f) == 0 && ok;
+}
+inline bool write_file(const std::filesystem::path& p, std::string_view s) { return write_file(p, s.data(), s.size()); }
+inline bool write_file(const std::filesystem::path& p, const std::vector<std::byte>& b) {
+  return write_file(p, b.data(), b.size());
+}
+
+inline std::filesystem::path test_data(std::string_view rel) { return std::filesystem::path(SLM_TEST_DATA_DIR) / rel; }
+
+}  // namespace slm_test
