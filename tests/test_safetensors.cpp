@@ -370,3 +370,25 @@ TEST(AlignedBuffer, ImpossibleAllocationIsAnError) {
   EXPECT_TRUE(fails_with(slm::aligned_buffer::allocate(std::size_t(1) << 62), errc::out_of_memory,
                          {"cannot allocate 4611686018427387904 bytes"}));
 }
+
+// The strided path (per-element) and the contiguous path (hoisted dtype switch) of
+// to_f32 decode every byte-addressable dtype the same way.
+TEST(TensorView, StridedAndContiguousDecodeAgree) {
+  for (dtype t : slm::all_dtypes) {
+    if (slm::size_of(t) == 0 || t == dtype::c64) continue;
+    SCOPED_TRACE(std::string(slm::safetensors_name(t)));
+    std::vector<std::byte> raw(12 * slm::size_of(t));
+    for (std::size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<std::byte>((i * 37 + 11) & 0x7F);
+    const slm::tensor_view v(t, slm::shape{3, 4}, raw.data());
+    std::vector<float> flat(12), transposed(12);
+    ASSERT_TRUE(v.to_f32(flat).ok());
+    ASSERT_TRUE(v.transpose(0, 1)->to_f32(transposed).ok());
+    for (std::size_t r = 0; r < 3; ++r)
+      for (std::size_t c = 0; c < 4; ++c) {
+        const float a = flat[r * 4 + c], b = transposed[c * 3 + r];
+        EXPECT_TRUE(a == b || (std::isnan(a) && std::isnan(b))) << r << "," << c;
+        const float one = slm::tensor_view::decode_f32(t, raw.data() + (r * 4 + c) * slm::size_of(t));
+        EXPECT_TRUE(a == one || (std::isnan(a) && std::isnan(one))) << r << "," << c;
+      }
+  }
+}
