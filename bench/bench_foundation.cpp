@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "probes.hpp"
+#include "slm/probes.hpp"
 #include "slm/slm.hpp"
 
 namespace {
 
-slm::bench::probe_result g_probe;
+slm::probe_result g_probe;
 
 std::size_t env_size(const char* name, std::size_t fallback) {
   const char* v = std::getenv(name);
@@ -28,7 +28,7 @@ std::size_t env_size(const char* name, std::size_t fallback) {
 // main thread's CPU time unless UseRealTime, and a ratio must use wall time).
 struct wall_timer {
   std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-  double seconds() const { return slm::bench::seconds_since(t0); }
+  double seconds() const { return slm::seconds_since(t0); }
 };
 
 void report_bandwidth(benchmark::State& state, double bytes_per_iter, double wall_seconds) {
@@ -155,8 +155,8 @@ int main(int argc, char** argv) {
   }
   g_probe.threads = threads;
   g_probe.probe_bytes = env_size("SLM_PROBE_MIB", 1024) << 20;
-  g_probe.read_bytes_per_s = slm::bench::probe_read_bandwidth(*pool, g_probe.probe_bytes);
-  g_probe.f32_flops_per_s = slm::bench::probe_fma_f32(*pool);
+  g_probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, g_probe.probe_bytes);
+  g_probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
   std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, %zu threads\n",
               g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9, threads);
   benchmark::AddCustomContext("probe_read_GBps", std::to_string(g_probe.read_bytes_per_s / 1e9));

@@ -1,10 +1,15 @@
 // slm - the command-line front end of the slm library.
 //
 //   slm inspect --model DIR|FILE.safetensors [--no-tensors]
+//   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
 //
 // Every error prints one line "slm: error: ..." and exits non-zero (2 for usage errors).
 // Subcommands are rows of one table; each is a plain function over parsed arguments.
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -13,20 +18,45 @@
 #include <string_view>
 #include <vector>
 
+#include "slm/convert.hpp"
 #include "slm/slm.hpp"
 
 namespace {
 
 struct args {
   std::vector<std::string_view> positional;
-  std::map<std::string, std::string, std::less<>> options;  // --key value, or --flag -> ""
+  std::vector<std::pair<std::string, std::string>> options;  // --key value, or --flag -> ""
 
-  bool has(std::string_view k) const { return options.find(k) != options.end(); }
+  bool has(std::string_view k) const {
+    for (const auto& [key, v] : options)
+      if (key == k) return true;
+    return false;
+  }
   std::string_view get(std::string_view k, std::string_view fallback = {}) const {
-    auto it = options.find(k);
-    return it == options.end() ? fallback : std::string_view(it->second);
+    std::string_view found = fallback;
+    for (const auto& [key, v] : options)
+      if (key == k) found = v;  // the last one wins
+    return found;
+  }
+  std::vector<std::string> all(std::string_view k) const {  // repeatable options
+    std::vector<std::string> out;
+    for (const auto& [key, v] : options)
+      if (key == k) out.push_back(v);
+    return out;
   }
 };
+
+// --threads N (default: every hardware thread).
+slm::result<slm::thread_pool> make_pool(const args& a) {
+  const std::string_view t = a.get("threads");
+  std::size_t n = slm::hardware_threads();
+  if (!t.empty()) {
+    auto r = std::from_chars(t.data(), t.data() + t.size(), n);
+    if (r.ec != std::errc() || r.ptr != t.data() + t.size() || n == 0)
+      return slm::make_error(slm::errc::invalid_argument, "--threads needs a positive integer, got '", t, "'");
+  }
+  return slm::thread_pool::create(n);
+}
 
 int usage_error(const std::string& msg) {
   std::fprintf(stderr, "slm: error: %s (see 'slm --help')\n", msg.c_str());
@@ -122,6 +152,45 @@ int cmd_inspect(const args& a) {
   return 0;
 }
 
+int cmd_quantize(const args& a) {
+  const std::string_view in = a.get("in"), out = a.get("out"), fmt = a.get("format", "nvfp4");
+  if (in.empty() || out.empty()) return usage_error("quantize needs --in DIR and --out DIR");
+  slm::convert_options opt;
+  if (fmt == "nvfp4") opt.format = slm::weight_format::nvfp4;
+  else if (fmt == "mxfp4") opt.format = slm::weight_format::mxfp4;
+  else if (fmt == "fp8") opt.format = slm::weight_format::fp8_e4m3;
+  else if (fmt == "bf16") opt.format = slm::weight_format::bf16;
+  else return usage_error(slm::cat("--format must be nvfp4, mxfp4, fp8 or bf16, not '", fmt, "'"));
+  opt.exclude = a.all("exclude");
+  auto pool = make_pool(a);
+  if (!pool.ok()) return fail(pool.error());
+  const bool tty = isatty(fileno(stderr)) != 0;
+  std::printf("%-56s %-26s %10s %10s\n", "tensor", "action", "rel_rms", "max_err");
+  auto progress = [&](const slm::tensor_report& r, std::size_t done, std::size_t total) {
+    std::printf("%-56s %-26s %10.3e %10.3e\n", r.name.c_str(), r.action.c_str(), r.rel_rms_error, r.max_abs_error);
+    std::fflush(stdout);
+    if (tty) {  // a progress bar on the terminal; plain lines (above) otherwise
+      const int width = 30, filled = static_cast<int>(width * done / (total ? total : 1));
+      std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "##############################", width - filled, "", done, total);
+      if (done == total) std::fprintf(stderr, "\n");
+    }
+  };
+  auto reports = slm::convert_checkpoint(std::string(in), std::string(out), opt, *pool, progress);
+  if (!reports.ok()) return fail(reports.error());
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  std::size_t converted = 0;
+  double worst = 0;
+  for (const auto& r : *reports) {
+    bytes_in += r.bytes_in;
+    bytes_out += r.bytes_out;
+    if (r.action.rfind("kept", 0) != 0) ++converted, worst = std::max(worst, r.rel_rms_error);
+  }
+  std::printf("converted %zu of %zu tensors to %.*s: %s -> %s, worst relative RMS error %.3e; wrote %.*s\n", converted,
+              reports->size(), static_cast<int>(fmt.size()), fmt.data(), human_bytes(bytes_in).c_str(),
+              human_bytes(bytes_out).c_str(), worst, static_cast<int>(out.size()), out.data());
+  return 0;
+}
+
 struct command {
   std::string_view name;
   std::string_view summary;
@@ -129,6 +198,7 @@ struct command {
 };
 constexpr command commands[] = {
     {"inspect", "print a checkpoint's architecture, files, tensors and sizes", cmd_inspect},
+    {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
 };
 
 void print_help() {
@@ -140,7 +210,13 @@ void print_help() {
   std::printf(
       "\ninspect options:\n"
       "  --model DIR|FILE   a Hugging Face style model directory or one .safetensors file\n"
-      "  --no-tensors       print the summary only, not one line per tensor\n");
+      "  --no-tensors       print the summary only, not one line per tensor\n"
+      "\nquantize options:\n"
+      "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
+      "  --out DIR          where the converted checkpoint goes\n"
+      "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
+      "  --exclude GLOB     keep matching modules in high precision (repeatable)\n"
+      "  --threads N        worker threads (default: all)\n");
 }
 
 }  // namespace
@@ -157,10 +233,10 @@ int main(int argc, char** argv) {
       std::string key(s.substr(2));
       const bool is_flag = key == "no-tensors";
       if (is_flag) {
-        a.options[key] = "";
+        a.options.emplace_back(key, "");
       } else {
         if (i + 1 >= argc) return usage_error(slm::cat("option --", key, " needs a value"));
-        a.options[key] = argv[++i];
+        a.options.emplace_back(key, argv[++i]);
       }
     } else {
       a.positional.push_back(s);

@@ -392,3 +392,44 @@ TEST(TensorView, StridedAndContiguousDecodeAgree) {
       }
   }
 }
+
+// plan() + begin_stream(): the header first, then each tensor's bytes in file order;
+// the result equals what the in-memory writer produces from the same tensors.
+TEST(Safetensors, StreamingWriterMatchesInMemoryWriter) {
+  slm_test::temp_dir dir("stream");
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  std::vector<std::uint8_t> b = {7, 8, 9};
+  std::vector<std::uint16_t> c = {0x3F80, 0x4000};
+  st::writer whole, planned;
+  whole.set_metadata("format", "pt");
+  planned.set_metadata("format", "pt");
+  ASSERT_TRUE(whole.add("a", dtype::f32, slm::shape{2, 3}, std::as_bytes(std::span(a))).ok());
+  ASSERT_TRUE(whole.add("b", dtype::u8, slm::shape{3}, std::as_bytes(std::span(b))).ok());
+  ASSERT_TRUE(whole.add("c", dtype::bf16, slm::shape{2}, std::as_bytes(std::span(c))).ok());
+  ASSERT_TRUE(planned.plan("b", dtype::u8, slm::shape{3}).ok());
+  ASSERT_TRUE(planned.plan("a", dtype::f32, slm::shape{2, 3}).ok());
+  ASSERT_TRUE(planned.plan("c", dtype::bf16, slm::shape{2}).ok());
+  EXPECT_TRUE(fails_with(planned.write(dir / "x.safetensors"), errc::invalid_argument, {"planned", "begin_stream"}));
+  auto s = planned.begin_stream(dir / "s.safetensors");
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(s->next_name(), "a");  // F32 first, as the reference orders dtypes
+  EXPECT_TRUE(fails_with(s->append("c", std::as_bytes(std::span(c))), errc::invalid_argument, {"expected tensor 'a' next"}));
+  ASSERT_TRUE(s->append("a", std::as_bytes(std::span(a))).ok());
+  EXPECT_TRUE(fails_with(s->finish(), errc::invalid_argument, {"was never appended"}));
+  EXPECT_TRUE(fails_with(s->append("c", std::as_bytes(std::span(c)).first(3)), errc::invalid_argument, {"needs 4 bytes, got 3"}));
+  ASSERT_TRUE(s->append("c", std::as_bytes(std::span(c))).ok());
+  ASSERT_TRUE(s->append("b", std::as_bytes(std::span(b))).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "s.safetensors"));
+  ASSERT_TRUE(s->finish().ok());
+  auto streamed = slm::mapped_file::open(dir / "s.safetensors");
+  auto expect = whole.serialize();
+  ASSERT_TRUE(streamed.ok() && expect.ok());
+  ASSERT_EQ(streamed->size(), expect->size());
+  EXPECT_EQ(0, std::memcmp(streamed->bytes().data(), expect->data(), expect->size()));
+  {  // an abandoned stream leaves nothing behind
+    auto t = planned.begin_stream(dir / "t.safetensors");
+    ASSERT_TRUE(t.ok());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "t.safetensors"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "t.safetensors.tmp"));
+}

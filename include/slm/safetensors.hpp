@@ -259,13 +259,27 @@ class writer {
     if (*nbytes != data.size())
       return make_error(errc::invalid_argument, "tensor '", name, "': shape ", s.to_string(), " of ",
                         safetensors_name(type), " needs ", *nbytes, " bytes, got ", data.size());
-    entries_.push_back({std::move(name), type, s, data});
+    entries_.push_back({std::move(name), type, s, data, data.size(), false});
     return {};
   }
   status add(std::string name, const tensor_view& v) {
     if (!v.is_contiguous()) return make_error(errc::invalid_argument, "tensor '", name, "' is not contiguous");
     return add(std::move(name), v.type(), v.shape(), v.bytes());
   }
+  // A tensor whose bytes are not in memory yet: the header can be written first and the
+  // data streamed afterwards (stream()), so converting a model needs one tensor in
+  // memory at a time, not the whole file.
+  status plan(std::string name, dtype type, const slm::shape& s) {
+    auto nbytes = byte_size(type, s.numel());
+    if (!nbytes.ok()) return std::move(nbytes).take_error().with_context(cat("tensor '", name, "'"));
+    if (name.empty()) return make_error(errc::invalid_argument, "empty tensor name");
+    if (name == "__metadata__") return make_error(errc::invalid_argument, "\"__metadata__\" is reserved");
+    for (const auto& e : entries_)
+      if (e.name == name) return make_error(errc::invalid_argument, "tensor '", name, "' added twice");
+    entries_.push_back({std::move(name), type, s, {}, *nbytes, true});
+    return {};
+  }
+
   void set_metadata(std::string key, std::string value) {
     for (auto& [k, v] : metadata_)
       if (k == key) {
@@ -277,6 +291,7 @@ class writer {
 
   // The whole file in memory (small files, tests, fuzz seeds).
   result<std::vector<std::byte>> serialize() const {
+    SLM_TRY(no_deferred());
     const auto order = ordered();
     const std::string head = header_text(order);
     std::uint64_t total = 8 + head.size();
@@ -295,6 +310,7 @@ class writer {
   // Streams to `path` through a temporary file and a rename, so a reader never sees a
   // half-written file and a failed write leaves any previous file in place.
   status write(const std::filesystem::path& path) const {
+    SLM_TRY(no_deferred());
     const auto order = ordered();
     const std::string head = header_text(order);
     std::filesystem::path tmp = path;
@@ -319,12 +335,26 @@ class writer {
     return {};
   }
 
+  class stream;
+  // Writes the header of a file whose tensors were all plan()ned, then takes their bytes
+  // in file order (stream::next_name()). The file appears under `path` only when
+  // stream::finish() succeeds; until then it is `path` + ".tmp".
+  result<stream> begin_stream(const std::filesystem::path& path) const;
+
  private:
+  status no_deferred() const {
+    for (const auto& e : entries_)
+      if (e.deferred) return make_error(errc::invalid_argument, "tensor '", e.name, "' was planned: use begin_stream()");
+    return {};
+  }
+
   struct entry {
     std::string name;
     dtype type;
     slm::shape shape;
     std::span<const std::byte> data;
+    std::uint64_t size = 0;  // bytes
+    bool deferred = false;   // planned: its bytes come later, through a stream
   };
 
   std::vector<const entry*> ordered() const {
@@ -350,13 +380,13 @@ class writer {
       for (std::int64_t d : e->shape.dims()) dims.push_back(json::value(d));
       json::value offsets = json::value::make_array();
       offsets.push_back(json::value(offset));
-      offsets.push_back(json::value(offset + e->data.size()));
+      offsets.push_back(json::value(offset + e->size));
       json::value t = json::value::make_object();
       t.set("dtype", json::value(std::string(safetensors_name(e->type))));
       t.set("shape", std::move(dims));
       t.set("data_offsets", std::move(offsets));
       doc.set(e->name, std::move(t));
-      offset += e->data.size();
+      offset += e->size;
     }
     std::string text = json::dump(doc);
     while (text.size() % 8 != 0) text.push_back(' ');
@@ -372,5 +402,88 @@ class writer {
   std::vector<entry> entries_;
   std::vector<std::pair<std::string, std::string>> metadata_;
 };
+
+class writer::stream {
+ public:
+  stream(stream&& o) noexcept
+      : fp_(std::exchange(o.fp_, nullptr)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)),
+        names_(std::move(o.names_)), sizes_(std::move(o.sizes_)), next_(o.next_) {}
+  stream& operator=(stream&&) = delete;
+  stream(const stream&) = delete;
+  ~stream() { abandon(); }
+
+  bool done() const noexcept { return next_ == names_.size(); }
+  // The tensor append() expects next (empty when all are written).
+  std::string_view next_name() const noexcept { return done() ? std::string_view{} : std::string_view(names_[next_]); }
+
+  status append(std::string_view name, std::span<const std::byte> data) {
+    if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+    if (done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' appended after the last one");
+    if (name != names_[next_])
+      return make_error(errc::invalid_argument, path_.string(), ": expected tensor '", names_[next_], "' next, got '", name, "'");
+    if (data.size() != sizes_[next_])
+      return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' needs ", sizes_[next_], " bytes, got ", data.size());
+    if (!data.empty() && std::fwrite(data.data(), 1, data.size(), fp_) != data.size()) {
+      abandon();
+      return make_error(errc::io_error, tmp_.string(), ": write failed: ", std::strerror(errno));
+    }
+    ++next_;
+    return {};
+  }
+
+  status finish() {
+    if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+    if (!done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", names_[next_], "' was never appended");
+    const bool closed = std::fclose(std::exchange(fp_, nullptr)) == 0;
+    std::error_code ec;
+    if (!closed) {
+      std::filesystem::remove(tmp_, ec);
+      return make_error(errc::io_error, tmp_.string(), ": close failed");
+    }
+    std::filesystem::rename(tmp_, path_, ec);
+    if (ec) {
+      std::filesystem::remove(tmp_, ec);
+      return make_error(errc::io_error, path_.string(), ": cannot rename the temporary file into place");
+    }
+    return {};
+  }
+
+ private:
+  friend class writer;
+  stream() = default;
+  void abandon() noexcept {
+    if (!fp_) return;
+    std::fclose(std::exchange(fp_, nullptr));
+    std::error_code ec;
+    std::filesystem::remove(tmp_, ec);
+  }
+  std::FILE* fp_ = nullptr;
+  std::filesystem::path path_, tmp_;
+  std::vector<std::string> names_;
+  std::vector<std::uint64_t> sizes_;
+  std::size_t next_ = 0;
+};
+
+inline result<writer::stream> writer::begin_stream(const std::filesystem::path& path) const {
+  for (const auto& e : entries_)
+    if (!e.deferred) return make_error(errc::invalid_argument, "tensor '", e.name, "' has data: plan() every tensor of a stream");
+  const auto order = ordered();
+  const std::string head = header_text(order);
+  stream s;
+  s.path_ = path;
+  s.tmp_ = path;
+  s.tmp_ += ".tmp";
+  for (const entry* e : order) {
+    s.names_.push_back(e->name);
+    s.sizes_.push_back(e->size);
+  }
+  s.fp_ = std::fopen(s.tmp_.string().c_str(), "wb");
+  if (!s.fp_) return make_error(errc::io_error, s.tmp_.string(), ": cannot create: ", std::strerror(errno));
+  if (std::fwrite(length_prefix(head).data(), 1, 8, s.fp_) != 8 || std::fwrite(head.data(), 1, head.size(), s.fp_) != head.size()) {
+    s.abandon();
+    return make_error(errc::io_error, s.tmp_.string(), ": write failed: ", std::strerror(errno));
+  }
+  return s;
+}
 
 }  // namespace slm::safetensors

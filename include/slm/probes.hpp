@@ -1,4 +1,4 @@
-// Machine-limit probes: the yardsticks every benchmark figure is divided by.
+// slm/probes.hpp - machine-limit probes: the yardsticks every benchmark figure is divided by.
 //
 //   read bandwidth  a streaming read (sum of 64-bit words) over a buffer much larger
 //                   than the last-level cache, one contiguous slice per thread, best
@@ -8,7 +8,10 @@
 //                   enough of them to cover the FMA latency. What a compute-bound
 //                   kernel (prefill GEMM) can at best reach.
 //
-// Both use the executor given, so they measure the same threads as the benchmark.
+// Both use the executor given, so they measure the same threads as the benchmark. They
+// are compiled with the flags of the including program: without -mavx512f / -mavx2 the
+// FMA probe measures scalar code (use `slm bench`, or build the benchmarks, which enable
+// -march=native, to see the vector peak).
 #pragma once
 
 #include <chrono>
@@ -24,7 +27,7 @@
 #include "slm/parallel.hpp"
 #include "slm/tensor.hpp"
 
-namespace slm::bench {
+namespace slm {
 
 struct probe_result {
   double read_bytes_per_s = 0;
@@ -128,4 +131,4 @@ inline double probe_fma_f32(executor_ref ex, std::size_t iters = 20'000'000) {
   return best;
 }
 
-}  // namespace slm::bench
+}  // namespace slm

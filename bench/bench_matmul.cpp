@@ -1,0 +1,196 @@
+// matmul benchmarks: GEMV (decode, n_tok = 1) as weight bytes/s over the read-bandwidth
+// probe, GEMM (prefill) as FLOP/s over the f32 FMA probe. GEMV cycles through enough
+// copies of the weights (>= 160 MiB) that every call reads them from DRAM, not L3.
+//
+//   build/bin/bench_matmul [--benchmark_filter=...]
+//   env: SLM_BENCH_THREADS (default: all hardware threads), SLM_PROBE_MIB (default 1024),
+//        SLM_ISA (cap the default instruction set: scalar|avx2|avx512),
+//        SLM_GEMV_MIB (weight copies cycled by GEMV, default 160; 0 = one copy, so a
+//        small shape such as 512x4096 stays in cache and shows the compute ceiling)
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "slm/probes.hpp"
+#include "slm/cpu.hpp"
+#include "slm/matmul.hpp"
+#include "slm/slm.hpp"
+
+namespace {
+
+slm::probe_result g_probe;
+slm::thread_pool* g_pool = nullptr;
+
+std::size_t env_size(const char* name, std::size_t fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : fallback;
+}
+
+// Weight copies in one buffer; codes and scales filled with valid, varied values.
+struct weights {
+  slm::aligned_buffer buf;
+  std::vector<slm::weight_matrix> copies;
+  std::size_t bytes_per_copy = 0;  // data + scales
+};
+
+weights make_weights(slm::weight_format f, std::size_t N, std::size_t K, std::size_t min_total) {
+  weights out;
+  const std::size_t data = N * slm::row_bytes(f, K);
+  const std::size_t bs = slm::block_size(f);
+  const std::size_t sc = bs > 1 ? N * (K / bs) : 0;
+  const std::size_t per = (data + sc + 63) / 64 * 64;
+  const std::size_t n = std::max<std::size_t>(1, (min_total + per - 1) / per);
+  auto b = slm::aligned_buffer::allocate(per * n, 4096);
+  if (!b.ok()) return out;
+  out.buf = std::move(*b);
+  out.bytes_per_copy = data + sc;
+  // Fill: first-touch from the pool's threads, bytes from a cheap generator.
+  auto* p = reinterpret_cast<std::uint64_t*>(out.buf.data());
+  const std::size_t words = per * n / 8;
+  (void)slm::parallel_for(*g_pool, 0, words, [&](std::size_t lo, std::size_t hi) {
+    std::uint64_t s = 0x9E3779B97F4A7C15ull * (lo + 1);
+    for (std::size_t i = lo; i < hi; ++i) {
+      s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+      std::uint64_t v = s;
+      if (f == slm::weight_format::bf16 || f == slm::weight_format::f16) v &= 0x3FFF3FFF3FFF3FFFull;  // finite, |v| < 2
+      if (f == slm::weight_format::f32) v &= 0x3FFFFFFF3FFFFFFFull;
+      if (f == slm::weight_format::fp8_e4m3) v &= 0x3F3F3F3F3F3F3F3Full;
+      p[i] = v;
+    }
+  });
+  for (std::size_t c = 0; c < n; ++c) {
+    std::byte* base = out.buf.data() + c * per;
+    slm::weight_matrix w;
+    w.format = f;
+    w.rows = N;
+    w.cols = K;
+    w.data = base;
+    w.row_stride = slm::row_bytes(f, K);
+    if (bs > 1) {
+      w.scales = base + data;
+      w.scale_stride = K / bs;
+      // Valid scales: e4m3 0x28..0x47 (0.25 .. ~3.5) / e8m0 120..135.
+      for (std::size_t i = 0; i < sc; ++i) {
+        const auto v = static_cast<std::uint8_t>(base[data + i]);
+        base[data + i] = std::byte{static_cast<std::uint8_t>(f == slm::weight_format::nvfp4 ? 0x28 + (v & 0x1F) : 120 + (v & 0x0F))};
+      }
+      w.global = f == slm::weight_format::nvfp4 ? 0.01f : 1.0f;
+    }
+    out.copies.push_back(w);
+  }
+  return out;
+}
+
+void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, slm::isa which) {
+  weights w = make_weights(f, N, K, env_size("SLM_GEMV_MIB", 160) << 20);
+  if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
+  std::vector<float> x(K, 0.5f), y(N);
+  for (std::size_t k = 0; k < K; ++k) x[k] = static_cast<float>(k % 7) * 0.25f - 0.7f;
+  std::size_t c = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const slm::status s = slm::matmul(w.copies[c], x.data(), 1, K, y.data(), N, *g_pool, which);
+    if (!s.ok()) return state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % w.copies.size();
+  }
+  const double sec = slm::seconds_since(t0);
+  const double bytes = static_cast<double>(w.bytes_per_copy) * static_cast<double>(state.iterations());
+  state.SetBytesProcessed(static_cast<std::int64_t>(bytes));
+  state.counters["GBps"] = bytes / sec / 1e9;
+  state.counters["ratio_to_read_bw"] = bytes / sec / g_probe.read_bytes_per_s;
+  state.counters["copies"] = static_cast<double>(w.copies.size());
+}
+
+void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, std::size_t n_tok,
+             slm::isa which) {
+  weights w = make_weights(f, N, K, 0);
+  if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
+  std::vector<float> x(n_tok * K), y(n_tok * N);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const slm::status s = slm::matmul(w.copies[0], x.data(), n_tok, K, y.data(), N, *g_pool, which);
+    if (!s.ok()) return state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double sec = slm::seconds_since(t0);
+  const double flops = 2.0 * static_cast<double>(n_tok * N * K) * static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = flops / sec / 1e9;
+  state.counters["ratio_to_fma_peak"] = flops / sec / g_probe.f32_flops_per_s;
+}
+
+void register_all() {
+  using slm::weight_format;
+  const slm::isa best = slm::default_isa();
+  struct shape { std::size_t n, k; };
+  const shape gemv_shapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}, {512, 4096}};
+  for (weight_format f : {weight_format::nvfp4, weight_format::bf16, weight_format::mxfp4, weight_format::f32}) {
+    for (const shape& s : gemv_shapes) {
+      if (f == weight_format::f32 || f == weight_format::mxfp4) {
+        if (s.n != 4096 || s.k != 14336) continue;  // one shape for the secondary formats
+      }
+      benchmark::RegisterBenchmark(
+          slm::cat("gemv/", slm::to_string(f), "/", s.n, "x", s.k, "/", slm::to_string(best)).c_str(),
+          [=](benchmark::State& st) { bm_gemv(st, f, s.n, s.k, best); })
+          ->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+    }
+  }
+  // The AVX2 path on the same machine, for the record.
+  if (best == slm::isa::avx512 && slm::isa_supported(slm::isa::avx2, slm::host_cpu())) {
+    for (weight_format f : {weight_format::nvfp4, weight_format::bf16})
+      benchmark::RegisterBenchmark(slm::cat("gemv/", slm::to_string(f), "/4096x14336/avx2").c_str(),
+                                   [=](benchmark::State& st) { bm_gemv(st, f, 4096, 14336, slm::isa::avx2); })
+          ->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+  }
+  for (weight_format f : {weight_format::nvfp4, weight_format::bf16, weight_format::f32}) {
+    for (std::size_t n_tok : {16u, 128u, 512u}) {
+      if (f == weight_format::f32 && n_tok != 128) continue;
+      benchmark::RegisterBenchmark(
+          slm::cat("gemm/", slm::to_string(f), "/4096x4096/n=", n_tok, "/", slm::to_string(best)).c_str(),
+          [=](benchmark::State& st) { bm_gemm(st, f, 4096, 4096, n_tok, best); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  const std::size_t threads = env_size("SLM_BENCH_THREADS", slm::hardware_threads());
+  auto pool = slm::thread_pool::create(threads);
+  if (!pool.ok()) {
+    std::fprintf(stderr, "bench: %s\n", pool.error().message().c_str());
+    return 1;
+  }
+  g_pool = &*pool;
+  g_probe.threads = threads;
+  g_probe.probe_bytes = env_size("SLM_PROBE_MIB", 1024) << 20;
+  g_probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, g_probe.probe_bytes);
+  g_probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
+  const slm::cpu_features& cpu = slm::host_cpu();
+  std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, %zu threads\n",
+              g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9, threads);
+  std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d; matmul isa %s; compiled %s\n",
+              cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.avx512bf16,
+              std::string(slm::to_string(slm::default_isa())).c_str(),
+#if defined(__AVX512F__)
+              "with AVX-512 (-march)"
+#elif defined(__AVX2__)
+              "with AVX2 (-march)"
+#else
+              "for baseline x86-64 (runtime dispatch)"
+#endif
+  );
+  benchmark::AddCustomContext("probe_read_GBps", std::to_string(g_probe.read_bytes_per_s / 1e9));
+  benchmark::AddCustomContext("probe_f32_GFLOPs", std::to_string(g_probe.f32_flops_per_s / 1e9));
+  register_all();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
