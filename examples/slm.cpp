@@ -1,6 +1,7 @@
 // slm - the command-line front end of the slm library.
 //
 //   slm inspect --model DIR|FILE.safetensors [--no-tensors]
+//   slm bench --kernels [--quick] [--threads N]
 //   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
 //
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "slm/convert.hpp"
+#include "slm/kernel_bench.hpp"
 #include "slm/slm.hpp"
 
 namespace {
@@ -191,6 +193,48 @@ int cmd_quantize(const args& a) {
   return 0;
 }
 
+// slm bench --kernels: the matmul cases of bench/bench_matmul.cpp, one line each,
+// "FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
+int cmd_bench(const args& a) {
+  if (!a.has("kernels")) return usage_error("bench needs --kernels (model benchmarks come with generation)");
+  auto pool = make_pool(a);
+  if (!pool.ok()) return fail(pool.error());
+  slm::probe_result probe;
+  probe.threads = pool->concurrency();
+  std::size_t probe_mib = 1024;
+  if (const std::string_view m = a.get("probe-mib"); !m.empty()) {
+    auto r = std::from_chars(m.data(), m.data() + m.size(), probe_mib);
+    if (r.ec != std::errc() || probe_mib == 0) return usage_error("--probe-mib needs a positive integer");
+  }
+  probe.probe_bytes = probe_mib << 20;
+  probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, probe.probe_bytes);
+  probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
+  std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
+              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.threads,
+              static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
+  struct shape { std::size_t n, k; };
+  const shape shapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}};
+  const std::size_t tokens[] = {1, 16, 128, 512};
+  const bool quick = a.has("quick");  // one shape, for tests
+  for (slm::weight_format f : {slm::weight_format::nvfp4, slm::weight_format::bf16, slm::weight_format::mxfp4,
+                               slm::weight_format::f32}) {
+    for (const shape& s : shapes) {
+      if (quick && (s.n != 2048)) continue;
+      for (std::size_t n_tok : tokens) {
+        if (quick && n_tok > 16) continue;
+        auto fig = slm::measure_kernel(f, s.n, s.k, n_tok, probe, *pool, quick ? 0.05 : 0.5,
+                                       quick ? std::size_t(0) : std::size_t(160) << 20);
+        if (!fig.ok()) return fail(fig.error());
+        std::printf("%.*s %s %zux%zu n=%zu: %.1f %s ratio=%.2f\n", static_cast<int>(slm::to_string(f).size()),
+                    slm::to_string(f).data(), n_tok == 1 ? "gemv" : "gemm", s.n, s.k, n_tok, fig->value,
+                    n_tok == 1 ? "GB/s" : "GFLOP/s", fig->ratio);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 struct command {
   std::string_view name;
   std::string_view summary;
@@ -199,6 +243,7 @@ struct command {
 constexpr command commands[] = {
     {"inspect", "print a checkpoint's architecture, files, tensors and sizes", cmd_inspect},
     {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
+    {"bench", "measure the matmul kernels against this machine's bandwidth and FMA peak", cmd_bench},
 };
 
 void print_help() {
@@ -216,6 +261,13 @@ void print_help() {
       "  --out DIR          where the converted checkpoint goes\n"
       "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
       "  --exclude GLOB     keep matching modules in high precision (repeatable)\n"
+      "  --threads N        worker threads (default: all)\n"
+      "\nbench options:\n"
+      "  --kernels          GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on\n"
+      "                     4096x4096, 4096x14336, 14336x4096, 2048x8192 (N x K); one line per case:\n"
+      "                     FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the read-bandwidth or FMA probe)\n"
+      "  --quick            one small shape only, weights in cache (a smoke test, not a figure)\n"
+      "  --probe-mib N      size of the read-bandwidth probe (default 1024)\n"
       "  --threads N        worker threads (default: all)\n");
 }
 
@@ -231,7 +283,7 @@ int main(int argc, char** argv) {
     std::string_view s = argv[i];
     if (s.size() > 2 && s.substr(0, 2) == "--") {
       std::string key(s.substr(2));
-      const bool is_flag = key == "no-tensors";
+      const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

@@ -8,10 +8,8 @@
 //                   enough of them to cover the FMA latency. What a compute-bound
 //                   kernel (prefill GEMM) can at best reach.
 //
-// Both use the executor given, so they measure the same threads as the benchmark. They
-// are compiled with the flags of the including program: without -mavx512f / -mavx2 the
-// FMA probe measures scalar code (use `slm bench`, or build the benchmarks, which enable
-// -march=native, to see the vector peak).
+// Both use the executor given, so they measure the same threads as the benchmark. The
+// FMA probe picks its instruction set at run time (cpu.hpp), like the kernels.
 #pragma once
 
 #include <chrono>
@@ -20,10 +18,11 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "slm/cpu.hpp"
 #include "slm/parallel.hpp"
 #include "slm/tensor.hpp"
 
@@ -73,57 +72,77 @@ inline double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passe
   return best;
 }
 
-// FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread.
-inline double probe_fma_f32(executor_ref ex, std::size_t iters = 20'000'000) {
-  constexpr int chains = 12;  // > FMA latency x issue width on current x86 cores
-#if defined(__AVX512F__)
-  constexpr int lanes = 16;
-#elif defined(__AVX2__) && defined(__FMA__)
-  constexpr int lanes = 8;
-#else
-  constexpr int lanes = 1;
+namespace detail {
+
+// One thread's FMA chains; returns a value that depends on every chain (so none is
+// optimised away). Each ISA's body is compiled for that ISA through a target attribute
+// and chosen at run time, so the probe measures the vector peak whatever flags the
+// including program was built with.
+constexpr int probe_chains = 12;  // > FMA latency x issue width on current x86 cores
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) inline float fma_chains_avx512(std::size_t steps) noexcept {
+  __m512 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  alignas(64) float tmp[16];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm512_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
+__attribute__((target("avx2,fma"))) inline float fma_chains_avx2(std::size_t steps) noexcept {
+  __m256 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  alignas(32) float tmp[8];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm256_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
 #endif
+
+inline float fma_chains_scalar(std::size_t steps) noexcept {
+  float acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = 0.5f + 0.01f * static_cast<float>(j);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = acc[j] * 0.999999f + 1e-6f;
+  float s = 0;
+  for (float v : acc) s += v;
+  return s;
+}
+
+}  // namespace detail
+
+// FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread, with the
+// widest FMA this CPU has (AVX-512, else AVX2+FMA, else scalar).
+inline double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000) {
+  const cpu_features& cpu = host_cpu();
+  std::size_t lanes = 1;
+  float (*body)(std::size_t) noexcept = detail::fma_chains_scalar;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (cpu.avx512f) lanes = 16, body = detail::fma_chains_avx512;
+  else if (cpu.avx2 && cpu.fma) lanes = 8, body = detail::fma_chains_avx2;
+#else
+  (void)cpu;
+#endif
+  const std::size_t steps = elements / lanes;
   std::vector<float> sink(ex.concurrency() * 16, 0.0f);
   double best = 0;
   for (int pass = 0; pass < 3; ++pass) {
     const auto t0 = std::chrono::steady_clock::now();
-    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) {
-#if defined(__AVX512F__)
-      __m512 acc[chains];
-      for (int j = 0; j < chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
-      const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
-      for (std::size_t i = 0; i < iters / lanes; ++i)
-        for (int j = 0; j < chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
-      alignas(64) float tmp[16];
-      float s = 0;
-      for (int j = 0; j < chains; ++j) {
-        _mm512_store_ps(tmp, acc[j]);
-        for (float t : tmp) s += t;
-      }
-#elif defined(__AVX2__) && defined(__FMA__)
-      __m256 acc[chains];
-      for (int j = 0; j < chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
-      const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
-      for (std::size_t i = 0; i < iters / lanes; ++i)
-        for (int j = 0; j < chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
-      alignas(32) float tmp[8];
-      float s = 0;
-      for (int j = 0; j < chains; ++j) {
-        _mm256_store_ps(tmp, acc[j]);
-        for (float t : tmp) s += t;
-      }
-#else
-      float acc[chains];
-      for (int j = 0; j < chains; ++j) acc[j] = 0.5f + 0.01f * static_cast<float>(j);
-      for (std::size_t i = 0; i < iters; ++i)
-        for (int j = 0; j < chains; ++j) acc[j] = acc[j] * 0.999999f + 1e-6f;
-      float s = 0;
-      for (float v : acc) s += v;
-#endif
-      sink[c * 16] = s;
-    });
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = body(steps); });
     const double sec = seconds_since(t0);
-    const double flops = 2.0 * chains * static_cast<double>(iters / lanes) * lanes * static_cast<double>(ex.concurrency());
+    const double flops = 2.0 * detail::probe_chains * static_cast<double>(steps * lanes) * static_cast<double>(ex.concurrency());
     if (sec > 0 && flops / sec > best) best = flops / sec;
   }
   volatile float keep = 0;
