@@ -85,7 +85,8 @@ weights make_weights(slm::weight_format f, std::size_t N, std::size_t K, std::si
   return out;
 }
 
-void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, slm::isa which) {
+void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, slm::isa which,
+             slm::activation_precision act = slm::activation_precision::f32) {
   weights w = make_weights(f, N, K, env_size("SLM_GEMV_MIB", 160) << 20);
   if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
   std::vector<float> x(K, 0.5f), y(N);
@@ -93,7 +94,7 @@ void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::
   std::size_t c = 0;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const slm::status s = slm::matmul(w.copies[c], x.data(), 1, K, y.data(), N, *g_pool, which);
+    const slm::status s = slm::matmul(w.copies[c], x.data(), 1, K, y.data(), N, *g_pool, which, act);
     if (!s.ok()) return state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % w.copies.size();
@@ -107,14 +108,14 @@ void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::
 }
 
 void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, std::size_t n_tok,
-             slm::isa which) {
+             slm::isa which, slm::activation_precision act = slm::activation_precision::f32) {
   weights w = make_weights(f, N, K, 0);
   if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
   std::vector<float> x(n_tok * K), y(n_tok * N);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
   const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const slm::status s = slm::matmul(w.copies[0], x.data(), n_tok, K, y.data(), N, *g_pool, which);
+    const slm::status s = slm::matmul(w.copies[0], x.data(), n_tok, K, y.data(), N, *g_pool, which, act);
     if (!s.ok()) return state.SkipWithError(s.message().c_str());
     benchmark::DoNotOptimize(y.data());
   }
@@ -153,6 +154,25 @@ void register_all() {
       benchmark::RegisterBenchmark(
           slm::cat("gemm/", slm::to_string(f), "/4096x4096/n=", n_tok, "/", slm::to_string(best)).c_str(),
           [=](benchmark::State& st) { bm_gemm(st, f, 4096, 4096, n_tok, best); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    }
+  }
+  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; matmul_w4a8.hpp). GFLOP/s are
+  // "effective" (2 N K n_tok per call) and still divided by the f32 FMA probe.
+  const char* w4a8_isa = slm::w4a8_accelerated(best) ? "vnni" : "scalar";
+  for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4}) {
+    for (const shape& s : gemv_shapes) {
+      if (f == weight_format::mxfp4 && (s.n != 4096 || s.k != 14336)) continue;
+      benchmark::RegisterBenchmark(
+          slm::cat("gemv_w4a8/", slm::to_string(f), "/", s.n, "x", s.k, "/", w4a8_isa).c_str(),
+          [=](benchmark::State& st) { bm_gemv(st, f, s.n, s.k, best, slm::activation_precision::int8); })
+          ->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+    }
+    for (std::size_t n_tok : {16u, 128u, 512u}) {
+      if (f == weight_format::mxfp4 && n_tok != 512) continue;
+      benchmark::RegisterBenchmark(
+          slm::cat("gemm_w4a8/", slm::to_string(f), "/4096x4096/n=", n_tok, "/", w4a8_isa).c_str(),
+          [=](benchmark::State& st) { bm_gemm(st, f, 4096, 4096, n_tok, best, slm::activation_precision::int8); })
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }

@@ -216,18 +216,28 @@ int cmd_bench(const args& a) {
   const shape shapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}};
   const std::size_t tokens[] = {1, 16, 128, 512};
   const bool quick = a.has("quick");  // one shape, for tests
-  for (slm::weight_format f : {slm::weight_format::nvfp4, slm::weight_format::bf16, slm::weight_format::mxfp4,
-                               slm::weight_format::f32}) {
+  // W4A16 for every format, then the optional int8-activation path of the FP4 formats.
+  struct variant {
+    slm::weight_format format;
+    slm::activation_precision act;
+    const char* label;
+  };
+  const variant variants[] = {{slm::weight_format::nvfp4, slm::activation_precision::f32, "nvfp4"},
+                              {slm::weight_format::bf16, slm::activation_precision::f32, "bf16"},
+                              {slm::weight_format::mxfp4, slm::activation_precision::f32, "mxfp4"},
+                              {slm::weight_format::f32, slm::activation_precision::f32, "f32"},
+                              {slm::weight_format::nvfp4, slm::activation_precision::int8, "nvfp4_w4a8"},
+                              {slm::weight_format::mxfp4, slm::activation_precision::int8, "mxfp4_w4a8"}};
+  for (const variant& v : variants) {
     for (const shape& s : shapes) {
       if (quick && (s.n != 2048)) continue;
       for (std::size_t n_tok : tokens) {
         if (quick && n_tok > 16) continue;
-        auto fig = slm::measure_kernel(f, s.n, s.k, n_tok, probe, *pool, quick ? 0.05 : 0.5,
-                                       quick ? std::size_t(0) : std::size_t(160) << 20);
+        auto fig = slm::measure_kernel(v.format, s.n, s.k, n_tok, probe, *pool, quick ? 0.05 : 0.5,
+                                       quick ? std::size_t(0) : std::size_t(160) << 20, v.act);
         if (!fig.ok()) return fail(fig.error());
-        std::printf("%.*s %s %zux%zu n=%zu: %.1f %s ratio=%.2f\n", static_cast<int>(slm::to_string(f).size()),
-                    slm::to_string(f).data(), n_tok == 1 ? "gemv" : "gemm", s.n, s.k, n_tok, fig->value,
-                    n_tok == 1 ? "GB/s" : "GFLOP/s", fig->ratio);
+        std::printf("%s %s %zux%zu n=%zu: %.1f %s ratio=%.2f\n", v.label, n_tok == 1 ? "gemv" : "gemm", s.n, s.k, n_tok,
+                    fig->value, n_tok == 1 ? "GB/s" : "GFLOP/s", fig->ratio);
         std::fflush(stdout);
       }
     }

@@ -165,6 +165,14 @@ inline status quantize_tensor(const tensor_view& v, const convert_options& opt, 
   return {};
 }
 
+inline status write_json_file(const std::filesystem::path& path, const json::value& doc) {
+  const std::string text = json::dump(doc);
+  std::FILE* fp = std::fopen(path.string().c_str(), "wb");
+  const bool wrote = fp && std::fwrite(text.data(), 1, text.size(), fp) == text.size();
+  if (!fp || std::fclose(fp) != 0 || !wrote) return make_error(errc::io_error, path.string(), ": write failed");
+  return {};
+}
+
 inline status copy_file(const std::filesystem::path& from, const std::filesystem::path& to) {
   std::error_code ec;
   std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
@@ -347,10 +355,7 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
     meta.set("total_size", json::value(total_size));
     index.set("metadata", std::move(meta));
     index.set("weight_map", std::move(weight_map));
-    const std::string text = json::dump(index);
-    std::FILE* fp = std::fopen((out / "model.safetensors.index.json").string().c_str(), "wb");
-    if (!fp || std::fwrite(text.data(), 1, text.size(), fp) != text.size() || std::fclose(fp) != 0)
-      return make_error(errc::io_error, (out / "model.safetensors.index.json").string(), ": write failed");
+    SLM_TRY(detail::write_json_file(out / "model.safetensors.index.json", index));
   }
   if (quantizing) {
     std::sort(kept_modules.begin(), kept_modules.end());
@@ -368,10 +373,7 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
     json::value doc = json::value::make_object();
     doc.set("producer", std::move(producer));
     doc.set("quantization", std::move(q));
-    const std::string text = json::dump(doc);
-    std::FILE* fp = std::fopen((out / "hf_quant_config.json").string().c_str(), "wb");
-    if (!fp || std::fwrite(text.data(), 1, text.size(), fp) != text.size() || std::fclose(fp) != 0)
-      return make_error(errc::io_error, (out / "hf_quant_config.json").string(), ": write failed");
+    SLM_TRY(detail::write_json_file(out / "hf_quant_config.json", doc));
   }
   return reports;
 }

@@ -87,20 +87,22 @@ struct kernel_figure {
 };
 
 // Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
+// `act` int8 selects the W4A8 path (matmul_w4a8.hpp) for nvfp4 / mxfp4.
 inline result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
                                             const probe_result& probe, executor_ref ex, double seconds = 0.5,
-                                            std::size_t gemv_bytes = std::size_t(160) << 20) {
+                                            std::size_t gemv_bytes = std::size_t(160) << 20,
+                                            activation_precision act = activation_precision::f32) {
   const bool gemv = n_tok == 1;
   auto w = make_synthetic_weights(f, n, k, gemv ? gemv_bytes : 0, ex);
   if (!w.ok()) return std::move(w).take_error();
   std::vector<float> x(n_tok * k), y(n_tok * n);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
-  SLM_TRY(matmul(w->copies[0], x.data(), n_tok, k, y.data(), n, ex));  // warm-up
+  SLM_TRY(matmul(w->copies[0], x.data(), n_tok, k, y.data(), n, ex, isa::best, act));  // warm-up
   kernel_figure fig;
   const auto t0 = std::chrono::steady_clock::now();
   double elapsed = 0;
   while (fig.calls < 3 || elapsed < seconds) {
-    SLM_TRY(matmul(w->copies[fig.calls % w->copies.size()], x.data(), n_tok, k, y.data(), n, ex));
+    SLM_TRY(matmul(w->copies[fig.calls % w->copies.size()], x.data(), n_tok, k, y.data(), n, ex, isa::best, act));
     ++fig.calls;
     elapsed = seconds_since(t0);
   }

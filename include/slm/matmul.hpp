@@ -46,8 +46,10 @@
 // that depends only on (format, isa, n_tok path, K): results are bit-identical for any
 // thread count (tested). Different isa values differ only in summation order.
 //
-// Not implemented yet: the optional W4A8 path (int8 activations, AVX512-VNNI), and a
-// vdpbf16ps NVFP4 GEMV (E2M1 is exact in bf16; x would be split into bf16 parts).
+// W4A8 (int8 activations, AVX-512 VNNI) for nvfp4 / mxfp4 is in matmul_w4a8.hpp
+// (included at the end of this file): opt-in per call, never the default. Not
+// implemented yet: a vdpbf16ps NVFP4 GEMV (E2M1 is exact in bf16; x would be split into
+// bf16 parts).
 #pragma once
 
 #include <algorithm>
@@ -944,3 +946,6 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
 }
 
 }  // namespace slm
+
+// The opt-in W4A8 path builds on the helpers above.
+#include "slm/matmul_w4a8.hpp"  // IWYU pragma: export
