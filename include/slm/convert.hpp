@@ -31,6 +31,8 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "slm/checkpoint.hpp"
@@ -257,25 +259,23 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
     // the outputs of one source tensor: all scalars first, codes last. Each output is
     // produced when its turn comes, from the mapped source, so at most one tensor's
     // conversion is in memory; a scale tensor costs a quantization pass of its own.
-    enum class part { whole, codes, scales, global };
-    auto source_of = [&](std::string_view name, part& which) -> const job* {
-      for (const job& j : jobs) {
-        const std::string& n = j.t->name;
-        if (name == n) return which = part::whole, &j;
-        if (!j.keep.empty() || !quantizing) continue;
-        const std::string module = n.substr(0, n.size() - 7);
-        if (name == module + ".weight_scale")
-          return which = opt.format == weight_format::fp8_e4m3 ? part::global : part::scales, &j;
-        if (name == module + ".weight_scale_2") return which = part::global, &j;
-      }
-      return nullptr;
-    };
+    enum class part { whole, scales, global };
+    std::unordered_map<std::string, std::pair<std::size_t, part>> source;  // output name -> (job, part)
+    for (std::size_t i = 0; i < jobs.size(); ++i) {
+      const std::string& n = jobs[i].t->name;
+      source[n] = {i, part::whole};
+      if (!jobs[i].keep.empty() || !quantizing) continue;
+      const std::string module = n.substr(0, n.size() - 7);
+      source[module + ".weight_scale"] = {i, opt.format == weight_format::fp8_e4m3 ? part::global : part::scales};
+      if (opt.format == weight_format::nvfp4) source[module + ".weight_scale_2"] = {i, part::global};
+    }
     while (!stream->done()) {
       SLM_TRY(check_cancelled(opt.cancel));
       const std::string name(stream->next_name());
-      part which = part::whole;
-      const job* j = source_of(name, which);
-      if (!j) return make_error(errc::invalid_argument, "internal: no source for output tensor '", name, "'");
+      const auto found = source.find(name);
+      if (found == source.end()) return make_error(errc::invalid_argument, "internal: no source for output tensor '", name, "'");
+      const job* j = &jobs[found->second.first];
+      const part which = found->second.second;
       const safetensors::tensor_info& t = *j->t;
       const tensor_view v = shard.view(t);
       const std::string module = t.name.size() > 7 ? t.name.substr(0, t.name.size() - 7) : t.name;
