@@ -250,6 +250,11 @@ SLM_MM_AVX512 inline __m256 factors4_512(const std::byte* sc, std::size_t j, flo
     const std::uint64_t mag = eight & 0x7F7F7F7F7F7F7F7Full;
     const std::uint64_t e = mag & 0x7878787878787878ull, n = mag ^ 0x7F7F7F7F7F7F7F7Full;
     const bool odd = (((e - ones) & ~e & highs) | ((n - ones) & ~n & highs)) != 0;
+    if (!odd && (eight & highs) == 0) {  // all positive (as checkpoints have): no sign bits
+      const __m256i c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
+      const __m256i bits = _mm256_add_epi32(_mm256_slli_epi32(c, 20), _mm256_set1_epi32(120 << 23));
+      return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(g));
+    }
     if (!odd) {
       const __m256i c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(eight)));
       const __m256i bits = _mm256_or_si256(
@@ -299,27 +304,46 @@ SLM_MM_AVX512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const flo
   // (mxfp4) belong to block b in every such vector, so one factor vector serves all 8.
   const __m512i spread = NV ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
                             : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  // Nibble positions 2o (o = 0..3) of every word come from a load at byte offset o (the
+  // low nibble of byte 4i + o is in the low bits of lane i), positions 2o + 1 from that
+  // load shifted right by 4: four loads and four shifts instead of one load and seven
+  // shifts (loads use the load ports, shifts compete with vpermps). The offset loads read
+  // up to 3 bytes past the chunk (ignored lanes' bytes); when the chunk ends the row's
+  // codes, masked loads (fault-suppressing; slower, once per row) stop at its end.
+  constexpr __mmask64 m61 = (__mmask64{1} << 61) - 1;
   std::size_t j = 0;
   for (; j + 4 <= groups; j += 4) {
     const float* xc = xp + 32 * j;
+    const bool edge = j + 4 == groups && 32 * groups == K;
     __m512 xq[8];
 #pragma GCC unroll 8
     for (int q = 0; q < 8; ++q) xq[q] = _mm512_loadu_ps(xc + 16 * q);
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const __m512i v = _mm512_loadu_si512(codes[i] + 16 * j);
+      const std::byte* cp = codes[i] + 16 * j;
+      const __m512i v0 = _mm512_loadu_si512(cp);
+      __m512i v1, v2, v3;
+      if (!edge) {
+        v1 = _mm512_loadu_si512(cp + 1);
+        v2 = _mm512_loadu_si512(cp + 2);
+        v3 = _mm512_loadu_si512(cp + 3);
+      } else {  // the row's last bytes: bytes past them may not be mapped
+        v1 = _mm512_maskz_loadu_epi8(m61, cp + 1);
+        v2 = _mm512_maskz_loadu_epi8(m61, cp + 2);
+        v3 = _mm512_maskz_loadu_epi8(m61, cp + 3);
+      }
       // The same line of the row R rows on (the next iteration's): short rows give the
       // hardware prefetcher little time to lock on. Prefetches never fault.
-      _mm_prefetch(reinterpret_cast<const char*>(codes[i] + 16 * j + R * w.row_stride), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(cp + R * w.row_stride), _MM_HINT_T0);
       if ((j & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 2 : 1) * j + R * w.scale_stride), _MM_HINT_T0);
-      __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(v, tbl), xq[0]);
-      __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), tbl), xq[1]);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 8), tbl), xq[2], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 12), tbl), xq[3], s1);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 16), tbl), xq[4], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 20), tbl), xq[5], s1);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 24), tbl), xq[6], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 28), tbl), xq[7], s1);
+      __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(v0, tbl), xq[0]);
+      __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), tbl), xq[1]);
+      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v1, tbl), xq[2], s0);
+      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), tbl), xq[3], s1);
+      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v2, tbl), xq[4], s0);
+      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v2, 4), tbl), xq[5], s1);
+      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v3, tbl), xq[6], s0);
+      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v3, 4), tbl), xq[7], s1);
       const __m512 f = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(factors4_512<NV>(sc[i], j, g)));
       acc[i] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), f, acc[i]);
     }
