@@ -153,10 +153,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", pool.error().message().c_str());
     return 1;
   }
-  g_probe.threads = threads;
-  g_probe.probe_bytes = env_size("SLM_PROBE_MIB", 1024) << 20;
-  g_probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, g_probe.probe_bytes);
-  g_probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
+  g_probe = slm::measure_probes(*pool, env_size("SLM_PROBE_MIB", 1024) << 20);
   std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, %zu threads\n",
               g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9, threads);
   benchmark::AddCustomContext("probe_read_GBps", std::to_string(g_probe.read_bytes_per_s / 1e9));

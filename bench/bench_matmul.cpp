@@ -17,6 +17,7 @@
 
 #include "slm/probes.hpp"
 #include "slm/cpu.hpp"
+#include "slm/kernel_bench.hpp"
 #include "slm/matmul.hpp"
 #include "slm/slm.hpp"
 
@@ -30,64 +31,16 @@ std::size_t env_size(const char* name, std::size_t fallback) {
   return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : fallback;
 }
 
-// Weight copies in one buffer; codes and scales filled with valid, varied values.
-struct weights {
-  slm::aligned_buffer buf;
-  std::vector<slm::weight_matrix> copies;
-  std::size_t bytes_per_copy = 0;  // data + scales
-};
-
-weights make_weights(slm::weight_format f, std::size_t N, std::size_t K, std::size_t min_total) {
-  weights out;
-  const std::size_t data = N * slm::row_bytes(f, K);
-  const std::size_t bs = slm::block_size(f);
-  const std::size_t sc = bs > 1 ? N * (K / bs) : 0;
-  const std::size_t per = (data + sc + 63) / 64 * 64;
-  const std::size_t n = std::max<std::size_t>(1, (min_total + per - 1) / per);
-  auto b = slm::aligned_buffer::allocate(per * n, 4096);
-  if (!b.ok()) return out;
-  out.buf = std::move(*b);
-  out.bytes_per_copy = data + sc;
-  // Fill: first-touch from the pool's threads, bytes from a cheap generator.
-  auto* p = reinterpret_cast<std::uint64_t*>(out.buf.data());
-  const std::size_t words = per * n / 8;
-  (void)slm::parallel_for(*g_pool, 0, words, [&](std::size_t lo, std::size_t hi) {
-    std::uint64_t s = 0x9E3779B97F4A7C15ull * (lo + 1);
-    for (std::size_t i = lo; i < hi; ++i) {
-      s ^= s << 13; s ^= s >> 7; s ^= s << 17;
-      std::uint64_t v = s;
-      if (f == slm::weight_format::bf16 || f == slm::weight_format::f16) v &= 0x3FFF3FFF3FFF3FFFull;  // finite, |v| < 2
-      if (f == slm::weight_format::f32) v &= 0x3FFFFFFF3FFFFFFFull;
-      if (f == slm::weight_format::fp8_e4m3) v &= 0x3F3F3F3F3F3F3F3Full;
-      p[i] = v;
-    }
-  });
-  for (std::size_t c = 0; c < n; ++c) {
-    std::byte* base = out.buf.data() + c * per;
-    slm::weight_matrix w;
-    w.format = f;
-    w.rows = N;
-    w.cols = K;
-    w.data = base;
-    w.row_stride = slm::row_bytes(f, K);
-    if (bs > 1) {
-      w.scales = base + data;
-      w.scale_stride = K / bs;
-      // Valid scales: e4m3 0x28..0x47 (0.25 .. ~3.5) / e8m0 120..135.
-      for (std::size_t i = 0; i < sc; ++i) {
-        const auto v = static_cast<std::uint8_t>(base[data + i]);
-        base[data + i] = std::byte{static_cast<std::uint8_t>(f == slm::weight_format::nvfp4 ? 0x28 + (v & 0x1F) : 120 + (v & 0x0F))};
-      }
-      w.global = f == slm::weight_format::nvfp4 ? 0.01f : 1.0f;
-    }
-    out.copies.push_back(w);
-  }
-  return out;
+// Valid, varied weight copies from the library's generator (kernel_bench.hpp), the same
+// ones `slm bench --kernels` measures.
+slm::synthetic_weights make_weights(slm::weight_format f, std::size_t N, std::size_t K, std::size_t min_total) {
+  auto w = slm::make_synthetic_weights(f, N, K, min_total, *g_pool);
+  return w.ok() ? std::move(*w) : slm::synthetic_weights{};
 }
 
 void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, slm::isa which,
              slm::activation_precision act = slm::activation_precision::f32) {
-  weights w = make_weights(f, N, K, env_size("SLM_GEMV_MIB", 160) << 20);
+  slm::synthetic_weights w = make_weights(f, N, K, env_size("SLM_GEMV_MIB", 160) << 20);
   if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
   std::vector<float> x(K, 0.5f), y(N);
   for (std::size_t k = 0; k < K; ++k) x[k] = static_cast<float>(k % 7) * 0.25f - 0.7f;
@@ -109,7 +62,7 @@ void bm_gemv(benchmark::State& state, slm::weight_format f, std::size_t N, std::
 
 void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::size_t K, std::size_t n_tok,
              slm::isa which, slm::activation_precision act = slm::activation_precision::f32) {
-  weights w = make_weights(f, N, K, 0);
+  slm::synthetic_weights w = make_weights(f, N, K, 0);
   if (w.copies.empty()) return state.SkipWithError("cannot allocate weights");
   std::vector<float> x(n_tok * K), y(n_tok * N);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
@@ -189,10 +142,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   g_pool = &*pool;
-  g_probe.threads = threads;
-  g_probe.probe_bytes = env_size("SLM_PROBE_MIB", 1024) << 20;
-  g_probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, g_probe.probe_bytes);
-  g_probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
+  g_probe = slm::measure_probes(*pool, env_size("SLM_PROBE_MIB", 1024) << 20);
   const slm::cpu_features& cpu = slm::host_cpu();
   std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, %zu threads\n",
               g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9, threads);

@@ -199,16 +199,12 @@ int cmd_bench(const args& a) {
   if (!a.has("kernels")) return usage_error("bench needs --kernels (model benchmarks come with generation)");
   auto pool = make_pool(a);
   if (!pool.ok()) return fail(pool.error());
-  slm::probe_result probe;
-  probe.threads = pool->concurrency();
   std::size_t probe_mib = 1024;
   if (const std::string_view m = a.get("probe-mib"); !m.empty()) {
     auto r = std::from_chars(m.data(), m.data() + m.size(), probe_mib);
     if (r.ec != std::errc() || probe_mib == 0) return usage_error("--probe-mib needs a positive integer");
   }
-  probe.probe_bytes = probe_mib << 20;
-  probe.read_bytes_per_s = slm::probe_read_bandwidth(*pool, probe.probe_bytes);
-  probe.f32_flops_per_s = slm::probe_fma_f32(*pool);
+  const slm::probe_result probe = slm::measure_probes(*pool, probe_mib << 20);
   std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());

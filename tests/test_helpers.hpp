@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "slm/parallel.hpp"
 #include "slm/status.hpp"
 
 namespace slm_test {
@@ -79,6 +80,22 @@ inline bool write_file(const std::filesystem::path& p, const void* data, std::si
 inline bool write_file(const std::filesystem::path& p, std::string_view s) { return write_file(p, s.data(), s.size()); }
 inline bool write_file(const std::filesystem::path& p, const std::vector<std::byte>& b) {
   return write_file(p, b.data(), b.size());
+}
+
+// Pools of 2 and 3 threads shared by a test binary (3 on a 2-core machine checks that
+// results do not depend on the thread count, oversubscribed or not).
+struct pools {
+  slm::thread_pool p2, p3;
+  pools() {
+    auto a = slm::thread_pool::create(2);
+    auto b = slm::thread_pool::create(3);
+    if (a.ok()) p2 = std::move(*a);
+    if (b.ok()) p3 = std::move(*b);
+  }
+};
+inline pools& the_pools() {
+  static pools p;
+  return p;
 }
 
 inline std::filesystem::path test_data(std::string_view rel) { return std::filesystem::path(SLM_TEST_DATA_DIR) / rel; }

@@ -156,19 +156,6 @@ void exact(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_
   }
 }
 
-struct pools {
-  slm::thread_pool p2, p3;
-  pools() {
-    auto a = slm::thread_pool::create(2);
-    auto b = slm::thread_pool::create(3);
-    if (a.ok()) p2 = std::move(*a);
-    if (b.ok()) p3 = std::move(*b);
-  }
-};
-pools& the_pools() {
-  static pools p;
-  return p;
-}
 
 void sweep(weight_format f, std::vector<std::size_t> Ks) {
   std::mt19937 rng(1234u + static_cast<unsigned>(f));
@@ -197,8 +184,8 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
             float* y = ybuf.data() + 1;
             slm::status st;
             if (threads == 1) st = slm::matmul(o.w, x, n_tok, ldx, y, ldy, serial, which);
-            else if (threads == 2) st = slm::matmul(o.w, x, n_tok, ldx, y, ldy, the_pools().p2, which);
-            else st = slm::matmul(o.w, x, n_tok, ldx, y, ldy, the_pools().p3, which);
+            else if (threads == 2) st = slm::matmul(o.w, x, n_tok, ldx, y, ldy, slm_test::the_pools().p2, which);
+            else st = slm::matmul(o.w, x, n_tok, ldx, y, ldy, slm_test::the_pools().p3, which);
             ASSERT_TRUE(st.ok()) << st.message();
             EXPECT_EQ(ybuf[0], -7.0f);
             for (std::size_t t = 0; t < n_tok; ++t) {
@@ -252,8 +239,8 @@ TEST(Matmul, ThreadCountIndependenceLarge) {
       for (isa which : available_isas()) {
         std::vector<float> y1(n_tok * 200), y2(n_tok * 200), y3(n_tok * 200);
         ASSERT_TRUE(slm::matmul(o.w, x.data(), n_tok, 608, y1.data(), 200, serial, which).ok());
-        ASSERT_TRUE(slm::matmul(o.w, x.data(), n_tok, 608, y2.data(), 200, the_pools().p2, which).ok());
-        ASSERT_TRUE(slm::matmul(o.w, x.data(), n_tok, 608, y3.data(), 200, the_pools().p3, which).ok());
+        ASSERT_TRUE(slm::matmul(o.w, x.data(), n_tok, 608, y2.data(), 200, slm_test::the_pools().p2, which).ok());
+        ASSERT_TRUE(slm::matmul(o.w, x.data(), n_tok, 608, y3.data(), 200, slm_test::the_pools().p3, which).ok());
         EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * 4), 0) << slm::to_string(which);
         EXPECT_EQ(std::memcmp(y1.data(), y3.data(), y1.size() * 4), 0) << slm::to_string(which);
       }
@@ -297,7 +284,7 @@ TEST(Matmul, Nvfp4GoldenGemv) {
       for (int threads : {1, 2}) {
         std::vector<float> y(N);
         const slm::status s = threads == 1 ? slm::matmul(w, x.data(), 1, K, y.data(), N, serial, which)
-                                           : slm::matmul(w, x.data(), 1, K, y.data(), N, the_pools().p2, which);
+                                           : slm::matmul(w, x.data(), 1, K, y.data(), N, slm_test::the_pools().p2, which);
         ASSERT_TRUE(s.ok()) << s.message();
         for (std::size_t n = 0; n < N; ++n) {
           double S = 0;

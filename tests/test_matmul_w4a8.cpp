@@ -140,26 +140,13 @@ bounds compute_bounds(const weight_matrix& w, const float* x, std::size_t n_tok,
   return b;
 }
 
-struct pools {
-  slm::thread_pool p2, p3;
-  pools() {
-    auto a = slm::thread_pool::create(2);
-    auto b = slm::thread_pool::create(3);
-    if (a.ok()) p2 = std::move(*a);
-    if (b.ok()) p3 = std::move(*b);
-  }
-};
-pools& the_pools() {
-  static pools p;
-  return p;
-}
 
 slm::status run(int threads, const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
                 std::size_t ldy, isa which) {
   slm::serial_executor serial;
   if (threads == 1) return slm::matmul(w, x, n_tok, ldx, y, ldy, serial, which, activation_precision::int8);
-  if (threads == 2) return slm::matmul_w4a8(w, x, n_tok, ldx, y, ldy, the_pools().p2, which);
-  return slm::matmul_w4a8(w, x, n_tok, ldx, y, ldy, the_pools().p3, which);
+  if (threads == 2) return slm::matmul_w4a8(w, x, n_tok, ldx, y, ldy, slm_test::the_pools().p2, which);
+  return slm::matmul_w4a8(w, x, n_tok, ldx, y, ldy, slm_test::the_pools().p3, which);
 }
 
 void sweep(weight_format f, std::vector<std::size_t> Ks) {
@@ -274,8 +261,8 @@ TEST(MatmulW4A8, ErrorOnRealisticGemv) {
     for (std::size_t k = 0; k < K; k += 97) x[k] *= 8.0f;  // a few outliers, as in real activations
     const bounds b = compute_bounds(o.w, x.data(), 1, K);
     std::vector<float> y8(N), y32(N);
-    ASSERT_TRUE(slm::matmul_w4a8(o.w, x.data(), 1, K, y8.data(), N, the_pools().p2).ok());
-    ASSERT_TRUE(slm::matmul(o.w, x.data(), 1, K, y32.data(), N, the_pools().p2).ok());
+    ASSERT_TRUE(slm::matmul_w4a8(o.w, x.data(), 1, K, y8.data(), N, slm_test::the_pools().p2).ok());
+    ASSERT_TRUE(slm::matmul(o.w, x.data(), 1, K, y32.data(), N, slm_test::the_pools().p2).ok());
     double max_rel_s = 0, ss_rel_s = 0, ss_err = 0, ss_y = 0, max_ratio = 0, max_rel_s32 = 0;
     const double g = gamma_n(K / 16 + 24), u = 0x1p-24;
     for (std::size_t n = 0; n < N; ++n) {

@@ -150,4 +150,14 @@ inline double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000) 
   return best;
 }
 
+// Both probes on the executor's threads, read bandwidth over `probe_bytes`.
+inline probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30) {
+  probe_result r;
+  r.threads = ex.concurrency();
+  r.probe_bytes = probe_bytes;
+  r.read_bytes_per_s = probe_read_bandwidth(ex, probe_bytes);
+  r.f32_flops_per_s = probe_fma_f32(ex);
+  return r;
+}
+
 }  // namespace slm
