@@ -369,28 +369,34 @@ inline result<weight_matrix> make_fp8(const tensor_view& codes, const tensor_vie
   return w;
 }
 
-// NVFP4: codes U8 [N, K/2] (or F4 [N, K]), scales F8_E4M3 [N, K/16], and the ModelOpt
-// multiplier weight_scale_2. A compressed-tensors checkpoint stores the divisor
-// weight_global_scale instead: pass 1 / weight_global_scale (spec 3.3; the conversion
-// can move a dequantized value by 1 ulp of its block scale, see test_quantize.cpp).
-inline result<weight_matrix> make_nvfp4(const tensor_view& codes, const tensor_view& scales, float global) {
-  auto g = detail::fp4_codes(codes, "nvfp4 weight", false);
+namespace detail {
+
+// The shared body of make_nvfp4 and make_mxfp4: packed E2M1 codes [N, K/2] (F4 [N, K];
+// for mxfp4 also gpt-oss blocks) with one scale per `block` elements, [N, K/block].
+inline result<weight_matrix> make_packed_fp4(weight_format format, const tensor_view& codes, const tensor_view& scales,
+                                             float global) {
+  const bool nv = format == weight_format::nvfp4;
+  const std::string_view what = nv ? "nvfp4 weight" : "mxfp4 weight";
+  const std::string_view scales_what = nv ? "nvfp4 weight_scale" : "mxfp4 scales";
+  const std::size_t block = block_size(format);
+  auto g = fp4_codes(codes, what, /*allow_blocks=*/!nv);
   if (!g.ok()) return std::move(g).take_error();
-  if (g->cols % 16 != 0)
-    return make_error(errc::invalid_argument, "nvfp4 weight: K = ", g->cols, " (codes ",
-                      safetensors_name(codes.type()), " ", codes.shape().to_string(),
-                      ") is not a multiple of the block size 16");
-  const std::size_t want_c = g->cols / 16;
-  if (scales.type() != dtype::f8_e4m3 || scales.rank() != 2 || static_cast<std::size_t>(scales.dim(0)) != g->rows ||
+  if (g->cols % block != 0)
+    return make_error(errc::invalid_argument, what, ": K = ", g->cols, " (codes ", safetensors_name(codes.type()), " ",
+                      codes.shape().to_string(), ") is not a multiple of the block size ", block);
+  const std::size_t want_c = g->cols / block;
+  const bool scale_type_ok = nv ? scales.type() == dtype::f8_e4m3
+                                : scales.type() == dtype::u8 || scales.type() == dtype::f8_e8m0;
+  if (!scale_type_ok || scales.rank() != 2 || static_cast<std::size_t>(scales.dim(0)) != g->rows ||
       static_cast<std::size_t>(scales.dim(1)) != want_c)
-    return make_error(errc::invalid_argument, "nvfp4 weight_scale: expected F8_E4M3 ",
-                      detail::shape_text(g->rows, want_c), " (N, K/16 for codes ", safetensors_name(codes.type()), " ",
+    return make_error(errc::invalid_argument, scales_what, ": expected ", nv ? "F8_E4M3 " : "U8 or F8_E8M0 ",
+                      shape_text(g->rows, want_c), " (N, K/", block, " for codes ", safetensors_name(codes.type()), " ",
                       codes.shape().to_string(), "), found ", safetensors_name(scales.type()), " ",
                       scales.shape().to_string());
-  auto sg = detail::rows_of(scales, "nvfp4 weight_scale");
+  auto sg = rows_of(scales, scales_what);
   if (!sg.ok()) return std::move(sg).take_error();
   weight_matrix w;
-  w.format = weight_format::nvfp4;
+  w.format = format;
   w.rows = g->rows;
   w.cols = g->cols;
   w.data = codes.data();
@@ -402,34 +408,20 @@ inline result<weight_matrix> make_nvfp4(const tensor_view& codes, const tensor_v
   return w;
 }
 
+}  // namespace detail
+
+// NVFP4: codes U8 [N, K/2] (or F4 [N, K]), scales F8_E4M3 [N, K/16], and the ModelOpt
+// multiplier weight_scale_2. A compressed-tensors checkpoint stores the divisor
+// weight_global_scale instead: pass 1 / weight_global_scale (spec 3.3; the conversion
+// can move a dequantized value by 1 ulp of its block scale, see test_quantize.cpp).
+inline result<weight_matrix> make_nvfp4(const tensor_view& codes, const tensor_view& scales, float global) {
+  return detail::make_packed_fp4(weight_format::nvfp4, codes, scales, global);
+}
+
 // MXFP4: codes U8 [N, K/2] (or F4 [N, K], or gpt-oss blocks U8 [N, K/32, 16]) and E8M0
 // scales [N, K/32] stored as U8 or F8_E8M0. `global` is 1 for every MXFP4 checkpoint.
 inline result<weight_matrix> make_mxfp4(const tensor_view& codes, const tensor_view& scales, float global = 1.0f) {
-  auto g = detail::fp4_codes(codes, "mxfp4 weight", true);
-  if (!g.ok()) return std::move(g).take_error();
-  if (g->cols % 32 != 0)
-    return make_error(errc::invalid_argument, "mxfp4 weight: K = ", g->cols, " (codes ",
-                      safetensors_name(codes.type()), " ", codes.shape().to_string(),
-                      ") is not a multiple of the block size 32");
-  const std::size_t want_c = g->cols / 32;
-  if ((scales.type() != dtype::u8 && scales.type() != dtype::f8_e8m0) || scales.rank() != 2 ||
-      static_cast<std::size_t>(scales.dim(0)) != g->rows || static_cast<std::size_t>(scales.dim(1)) != want_c)
-    return make_error(errc::invalid_argument, "mxfp4 scales: expected U8 or F8_E8M0 ", detail::shape_text(g->rows, want_c),
-                      " (N, K/32 for codes ", safetensors_name(codes.type()), " ", codes.shape().to_string(),
-                      "), found ", safetensors_name(scales.type()), " ", scales.shape().to_string());
-  auto sg = detail::rows_of(scales, "mxfp4 scales");
-  if (!sg.ok()) return std::move(sg).take_error();
-  weight_matrix w;
-  w.format = weight_format::mxfp4;
-  w.rows = g->rows;
-  w.cols = g->cols;
-  w.data = codes.data();
-  w.row_stride = g->row_stride;
-  w.scales = scales.data();
-  w.scale_stride = sg->row_stride;
-  w.global = global;
-  SLM_TRY(validate(w));
-  return w;
+  return detail::make_packed_fp4(weight_format::mxfp4, codes, scales, global);
 }
 
 }  // namespace slm
