@@ -1,0 +1,268 @@
+// slm/moe.hpp - Mixture-of-Experts feed-forward: router policies, routed experts,
+// shared experts.
+//
+// Routers (model_config::router):
+//   softmax_topk     p = softmax(x Wr^T); the top-k experts by p; weights p_i, divided
+//                    by their sum when norm_topk_prob (Qwen3-MoE's flag; Mixtral always).
+//   sigmoid_grouped  s = sigmoid(x Wr^T); selection ranks s + e_score_correction_bias
+//                    (the bias steers load balance and never enters the weights):
+//                    experts form n_group groups, a group scores the sum of its two best,
+//                    the topk_group best groups survive, the top-k experts among them are
+//                    chosen; weights s_i (divided by sum + 1e-20 when norm_topk_prob)
+//                    times routed_scaling_factor (DeepSeek-V3 "noaux_tc").
+// Ties rank the lower expert index first.
+//
+// Experts run per token group: the tokens routed to expert e are gathered into one
+// [n_e, d] block and multiplied by e's weights once, so a decode step reads the weights
+// of its k selected experts and no others (linear::apply counts the bytes; the tests
+// check it). Shared experts (DeepSeek) see every token.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slm/buffer.hpp"
+#include "slm/checkpoint.hpp"
+#include "slm/dequantize.hpp"
+#include "slm/linear.hpp"
+#include "slm/mlp.hpp"
+#include "slm/model_config.hpp"
+#include "slm/status.hpp"
+
+namespace slm {
+
+struct router_choice {
+  std::uint32_t expert;
+  float weight;
+};
+
+// Router policies: each turns one token's router logits [E] into k choices.
+struct softmax_topk_router {
+  bool normalize = true;
+
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* E */) const noexcept {
+    const float m = *std::max_element(logits, logits + E);
+    double sum = 0;
+    for (std::size_t e = 0; e < E; ++e) sum += tmp[e] = std::exp(logits[e] - m);
+    for (std::size_t e = 0; e < E; ++e) tmp[e] = static_cast<float>(tmp[e] / sum);
+    top_k(tmp, E, k, out);
+    for (std::size_t i = 0; i < k; ++i) out[i].weight = tmp[out[i].expert];
+    if (normalize) {
+      float s = 0;
+      for (std::size_t i = 0; i < k; ++i) s += out[i].weight;
+      for (std::size_t i = 0; i < k; ++i) out[i].weight /= s;
+    }
+  }
+
+  // The k largest of v[0..n) (ties: lower index first), in descending order.
+  static void top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept {
+    for (std::size_t i = 0; i < k; ++i) {
+      std::size_t best = n;
+      for (std::size_t e = 0; e < n; ++e) {
+        bool taken = false;
+        for (std::size_t j = 0; j < i; ++j) taken |= out[j].expert == e;
+        if (!taken && (best == n || v[e] > v[best])) best = e;
+      }
+      out[i] = {static_cast<std::uint32_t>(best), v[best]};
+    }
+  }
+};
+
+struct sigmoid_grouped_router {
+  const float* correction_bias = nullptr;  // [E]
+  std::size_t n_group = 1, topk_group = 1;
+  bool normalize = true;
+  float scaling = 1.0f;
+
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* 2E */) const noexcept {
+    float* score = tmp;       // sigmoid(logits)
+    float* choice = tmp + E;  // score + bias, then -inf outside the chosen groups
+    for (std::size_t e = 0; e < E; ++e) {
+      score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      choice[e] = score[e] + (correction_bias ? correction_bias[e] : 0.0f);
+    }
+    if (n_group > 1) {
+      const std::size_t per = E / n_group;
+      float group_score[256];  // n_group <= E / 2; checked at load to fit
+      for (std::size_t g = 0; g < n_group; ++g) {
+        float a = -INFINITY, b = -INFINITY;  // the two best of the group
+        for (std::size_t i = g * per; i < (g + 1) * per; ++i) {
+          if (choice[i] > a) { b = a; a = choice[i]; }
+          else if (choice[i] > b) b = choice[i];
+        }
+        group_score[g] = a + b;
+      }
+      router_choice keep[256];
+      softmax_topk_router::top_k(group_score, n_group, topk_group, keep);
+      for (std::size_t g = 0; g < n_group; ++g) {
+        bool kept = false;
+        for (std::size_t i = 0; i < topk_group; ++i) kept |= keep[i].expert == g;
+        if (!kept)
+          for (std::size_t i = g * per; i < (g + 1) * per; ++i) choice[i] = -INFINITY;
+      }
+    }
+    softmax_topk_router::top_k(choice, E, k, out);
+    float s = 0;
+    for (std::size_t i = 0; i < k; ++i) s += out[i].weight = score[out[i].expert];
+    for (std::size_t i = 0; i < k; ++i) {
+      if (normalize) out[i].weight /= s + 1e-20f;
+      out[i].weight *= scaling;
+    }
+  }
+};
+
+struct moe_ffn {
+  linear gate;  // router [E, d]
+  floats correction_bias;
+  std::vector<feed_forward> experts;
+  feed_forward shared;  // up.out() == 0: none
+  router_kind router = router_kind::softmax_topk;
+  std::size_t top_k = 1, n_group = 1, topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling = 1.0f;
+
+  std::size_t n_experts() const noexcept { return experts.size(); }
+
+  static result<moe_ffn> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
+    moe_ffn m;
+    m.router = c.router;
+    m.top_k = c.experts_per_token;
+    m.n_group = c.router == router_kind::sigmoid_grouped ? c.n_group : 1;
+    m.topk_group = c.router == router_kind::sigmoid_grouped ? c.topk_group : 1;
+    m.norm_topk_prob = c.norm_topk_prob;
+    m.routed_scaling = c.router == router_kind::sigmoid_grouped ? c.routed_scaling_factor : 1.0f;
+    if (m.n_group > 256) return make_error(errc::unsupported, "config.json: n_group ", m.n_group, " is over 256");
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    auto g = load_linear(ck, prefix + ".gate", E, d);
+    if (!g.ok()) return std::move(g).take_error();
+    m.gate = std::move(*g);
+    if (c.router == router_kind::sigmoid_grouped) {
+      auto b = load_vector(ck, prefix + ".gate.e_score_correction_bias", E);
+      if (!b.ok()) return std::move(b).take_error();
+      m.correction_bias = std::move(*b);
+    }
+    m.experts.resize(E);
+    const std::string stacked = prefix + ".experts.gate_up_proj";
+    if (ck.find(stacked)) {  // transformers 5.x in-memory layout: [E, 2I, d] and [E, d, I]
+      SLM_TRY(load_stacked(ck, prefix, c, m));
+    } else {
+      for (std::size_t e = 0; e < E; ++e) {
+        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, true, c.mixtral_names);
+        if (!f.ok()) return std::move(f).take_error();
+        m.experts[e] = std::move(*f);
+      }
+    }
+    if (c.n_shared_experts > 0) {
+      auto f = feed_forward::load(ck, prefix + ".shared_experts", d, I * c.n_shared_experts, c.act, true);
+      if (!f.ok()) return std::move(f).take_error();
+      m.shared = std::move(*f);
+    }
+    return m;
+  }
+
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::moe; }
+  static result<moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    return load(ck, cat("model.layers.", layer, c.mixtral_names ? ".block_sparse_moe" : ".mlp"), c);
+  }
+  status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
+    return forward(x, T, out, ws.expert, ws.ffn, cx);
+  }
+
+  // [T, d] -> [T, d].
+  status forward(const float* x, std::size_t T, float* out, floats& scratch, floats& ffn_scratch,
+                 compute_context& cx) const {
+    const std::size_t E = n_experts(), d = gate.in(), k = top_k;
+    // Layout: logits [T, E] | routing tmp [2E] | choices [T, k] (as float pairs) |
+    //         gathered x [T, d] | expert out [T, d] | token list [T].
+    const std::size_t n = T * E + 2 * E + 2 * T * k + 2 * T * d + T;
+    SLM_TRY(scratch.resize(n));
+    float* logits = scratch.data();
+    float* tmp = logits + T * E;
+    auto* choice = reinterpret_cast<router_choice*>(tmp + 2 * E);
+    float* xs = tmp + 2 * E + 2 * T * k;
+    float* ys = xs + T * d;
+    auto* tokens = reinterpret_cast<std::uint32_t*>(ys + T * d);
+    static_assert(sizeof(router_choice) == 2 * sizeof(float) && sizeof(std::uint32_t) == sizeof(float));
+
+    SLM_TRY(gate.apply(x, T, logits, cx));  // [T, d] x [d, E] -> [T, E]
+    for (std::size_t t = 0; t < T; ++t) {
+      if (router == router_kind::sigmoid_grouped) {
+        sigmoid_grouped_router r{correction_bias.data(), n_group, topk_group, norm_topk_prob, routed_scaling};
+        r.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else {
+        softmax_topk_router{norm_topk_prob}.route(logits + t * E, E, k, choice + t * k, tmp);
+      }
+    }
+    std::fill(out, out + T * d, 0.0f);
+    for (std::size_t e = 0; e < E; ++e) {
+      std::size_t n_e = 0;  // gather the tokens routed to e
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < k; ++i)
+          if (choice[t * k + i].expert == e) {
+            tokens[n_e] = static_cast<std::uint32_t>(t * k + i);
+            std::copy(x + t * d, x + (t + 1) * d, xs + n_e * d);
+            ++n_e;
+          }
+      if (n_e == 0) continue;
+      SLM_TRY(experts[e].forward(xs, n_e, ys, ffn_scratch, cx));  // [n_e, d] -> [n_e, d]
+      for (std::size_t j = 0; j < n_e; ++j) {
+        const router_choice ch = choice[tokens[j]];
+        float* o = out + (tokens[j] / k) * d;
+        for (std::size_t i = 0; i < d; ++i) o[i] += ch.weight * ys[j * d + i];
+      }
+    }
+    if (shared.up.out() != 0) {
+      SLM_TRY(shared.forward(x, T, ys, ffn_scratch, cx));  // [T, d] -> [T, d]
+      for (std::size_t i = 0; i < T * d; ++i) out[i] += ys[i];
+    }
+    return {};
+  }
+
+ private:
+  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, moe_ffn& m) {
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    auto gu = ck.tensor(prefix + ".experts.gate_up_proj");
+    auto dn = ck.tensor(prefix + ".experts.down_proj");
+    if (!gu.ok()) return std::move(gu).take_error();
+    if (!dn.ok()) return std::move(dn).take_error();
+    auto dims_are = [](const tensor_view& t, std::size_t a, std::size_t b, std::size_t cc) {
+      return t.rank() == 3 && static_cast<std::size_t>(t.dim(0)) == a && static_cast<std::size_t>(t.dim(1)) == b &&
+             static_cast<std::size_t>(t.dim(2)) == cc;
+    };
+    if (!dims_are(*gu, E, 2 * I, d) || !dims_are(*dn, E, d, I))
+      return make_error(errc::format_error, ck.dir().string(), ": '", prefix, ".experts.gate_up_proj' / 'down_proj' are ",
+                        gu->shape().to_string(), " / ", dn->shape().to_string(), ", the config implies [", E, ", ", 2 * I,
+                        ", ", d, "] / [", E, ", ", d, ", ", I, "]");
+    for (std::size_t e = 0; e < E; ++e) {
+      const auto ei = static_cast<std::int64_t>(e);
+      auto gs = gu->slice(0, ei, ei + 1);
+      auto ds = dn->slice(0, ei, ei + 1);
+      if (!gs.ok()) return std::move(gs).take_error();
+      if (!ds.ok()) return std::move(ds).take_error();
+      auto g2 = gs->reshape(slm::shape{static_cast<std::int64_t>(2 * I), static_cast<std::int64_t>(d)});
+      auto d2 = ds->reshape(slm::shape{static_cast<std::int64_t>(d), static_cast<std::int64_t>(I)});
+      if (!g2.ok()) return std::move(g2).take_error();
+      if (!d2.ok()) return std::move(d2).take_error();
+      auto gw = make_dense(*g2);
+      auto dw = make_dense(*d2);
+      if (!gw.ok()) return std::move(gw).take_error();
+      if (!dw.ok()) return std::move(dw).take_error();
+      feed_forward& f = m.experts[e];
+      f.act = c.act;
+      auto gate_rows = slice_rows(*gw, 0, I);  // chunk(2): gate first, then up
+      auto up_rows = slice_rows(*gw, I, I);
+      if (!gate_rows.ok()) return std::move(gate_rows).take_error();
+      if (!up_rows.ok()) return std::move(up_rows).take_error();
+      f.gate.w = *gate_rows;
+      f.up.w = *up_rows;
+      f.down.w = *dw;
+    }
+    return {};
+  }
+};
+
+}  // namespace slm
