@@ -1,5 +1,7 @@
-// Whole models against HF transformers 5.17 (tests/data/golden/hf/<arch>, made in float32
-// from the bf16 weights beside them): for every architecture
+// Whole models against HF transformers 5.17, made in float32 from the bf16 weights beside
+// them: tests/data/golden/hf/<arch> (the shared goldens) and tests/data/oracle/hf/<arch>
+// (qwen2, mistral with a sliding window, mixtral in the hub's and in transformers 5.x's
+// stacked-expert layout; tools/oracle/make_hf_models.py). For every architecture
 //  * a full forward reproduces logits_full within 1e-3 x max|logit| (the bound;
 //    measured: about 1e-6, see the printed figures) with the same argmax everywhere;
 //  * prefill of P tokens then one token at a time reproduces the same rows;
@@ -71,7 +73,7 @@ comparison compare_rows(const float* got, const float* ref, std::size_t rows, st
 
 class Models : public ::testing::TestWithParam<const char*> {
  protected:
-  std::filesystem::path dir() const { return slm_test::test_data(std::string("golden/hf/") + GetParam()); }
+  std::filesystem::path dir() const { return slm_test::test_data(GetParam()); }
 };
 
 TEST_P(Models, FullForwardMatchesTransformers) {
@@ -160,7 +162,13 @@ TEST_P(Models, MlaExpandedAndAbsorbedFormsAgree) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Models,
-                         ::testing::Values("llama", "llama3_rope", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32"),
-                         [](const auto& info) { return std::string(info.param); });
+                         ::testing::Values("golden/hf/llama", "golden/hf/llama3_rope", "golden/hf/qwen3",
+                                           "golden/hf/qwen3_moe", "golden/hf/deepseek_v3", "golden/hf/deepseek_v32",
+                                           "oracle/hf/qwen2", "oracle/hf/mistral", "oracle/hf/mixtral",
+                                           "oracle/hf/mixtral_stacked"),
+                         [](const auto& info) {
+                           const std::string p = info.param;
+                           return p.substr(p.find_last_of('/') + 1);
+                         });
 
 }  // namespace

@@ -68,7 +68,6 @@ struct model_config {
   bool norm_topk_prob = true;
   std::size_t n_group = 1, topk_group = 1;
   float routed_scaling_factor = 1.0f;
-  bool mixtral_names = false;  // block_sparse_moe.experts.N.w1/w2/w3
 
   std::vector<layer_spec> layers;
 
@@ -248,7 +247,6 @@ inline result<model_config> model_config::from_json(const json::value& cfg) {
     if (mt == "mixtral") {
       c.expert_intermediate = c.intermediate;
       c.norm_topk_prob = true;  // Mixtral always renormalizes its top-k weights
-      c.mixtral_names = true;
     } else {
       SLM_TRY(r.size("moe_intermediate_size", c.expert_intermediate, true, std::size_t{1} << 24));
       c.norm_topk_prob = false;

@@ -150,8 +150,10 @@ struct moe_ffn {
     if (ck.find(stacked)) {  // transformers 5.x in-memory layout: [E, 2I, d] and [E, d, I]
       SLM_TRY(load_stacked(ck, prefix, c, m));
     } else {
+      // Experts as Mixtral names them (w1 = gate, w3 = up, w2 = down) or as everyone else does.
+      const bool w123 = has_module(ck, prefix + ".experts.0.w1");
       for (std::size_t e = 0; e < E; ++e) {
-        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, true, c.mixtral_names);
+        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, true, w123);
         if (!f.ok()) return std::move(f).take_error();
         m.experts[e] = std::move(*f);
       }
@@ -166,7 +168,12 @@ struct moe_ffn {
 
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::moe; }
   static result<moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, cat("model.layers.", layer, c.mixtral_names ? ".block_sparse_moe" : ".mlp"), c);
+    // Mixtral checkpoints name the block block_sparse_moe; transformers 5.x calls it mlp.
+    const std::string mixtral = cat("model.layers.", layer, ".block_sparse_moe");
+    return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : cat("model.layers.", layer, ".mlp"), c);
+  }
+  static bool has_module(const checkpoint& ck, const std::string& module) {
+    return ck.find(module + ".weight") || ck.find(module + ".weight_packed");
   }
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.expert, ws.ffn, cx);
