@@ -176,8 +176,10 @@ inline status attend(const attention_problem& p, floats& scratch, compute_contex
   }, cx.cancel);
 }
 
-// Llama / Qwen / Mistral attention.
-struct gqa_attention {
+// Llama / Qwen / Mistral attention; Rope fixes the pairing at compile time (rope_half_split
+// for these models) or takes it from the config (rope_by_config).
+template <rope_policy Rope = rope_by_config>
+struct basic_gqa_attention {
   linear q, k, v, o;
   rms_norm q_norm, k_norm;  // empty weights = no QK-norm
   rope_table rope;
@@ -192,9 +194,9 @@ struct gqa_attention {
     void truncate(std::size_t len) noexcept { n = std::min(n, len); }
   };
 
-  static result<gqa_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
-                                    std::size_t layer) {
-    gqa_attention a;
+  static result<basic_gqa_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
+                                          std::size_t layer) {
+    basic_gqa_attention a;
     a.n_heads = c.n_heads;
     a.n_kv_heads = c.n_kv_heads;
     a.head_dim = c.head_dim;
@@ -241,9 +243,10 @@ struct gqa_attention {
 
   // x [T, d] at positions kc.n.. -> out [T, d]; appends T positions to the cache.
   static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::gqa && !c.layers[layer].sparse;
+    return c.layers[layer].attention == attention_kind::gqa && !c.layers[layer].sparse &&
+           rope_fits<Rope>(c.rope_interleave);
   }
-  static result<gqa_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+  static result<basic_gqa_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     return load(ck, cat("model.layers.", layer, ".self_attn"), c, layer);
   }
 
@@ -271,8 +274,8 @@ struct gqa_attention {
         q_norm.apply(qt, n_heads, head_dim, head_dim, qt, head_dim);
         k_norm.apply(kt, n_kv_heads, head_dim, head_dim, kt, head_dim);
       }
-      apply_rope(rope, interleave, pos0 + t, qt, n_heads, head_dim, rope_tmp);
-      apply_rope(rope, interleave, pos0 + t, kt, n_kv_heads, head_dim, rope_tmp);
+      apply_rope<Rope>(rope, interleave, pos0 + t, qt, n_heads, head_dim, rope_tmp);
+      apply_rope<Rope>(rope, interleave, pos0 + t, kt, n_kv_heads, head_dim, rope_tmp);
       kc.k.store(pos0 + t, kt);
       kc.v.store(pos0 + t, vs + t * kvd);
     }
@@ -292,6 +295,17 @@ struct gqa_attention {
     SLM_TRY(attend(p, attn_scratch, cx));
     return o.apply(att, T, out, cx);     // [T, H*hd] x [H*hd, d] -> [T, d]
   }
+
+  // fn(name, linear, projection): every weight this layer multiplies by.
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    fn("q_proj", q, true);
+    fn("k_proj", k, true);
+    fn("v_proj", v, true);
+    fn("o_proj", o, true);
+  }
 };
+
+using gqa_attention = basic_gqa_attention<>;
 
 }  // namespace slm

@@ -58,6 +58,9 @@ struct policy {
   }
 };
 
+// Any format, chosen per tensor at load (the config-driven path).
+struct any {};
+
 using f32 = policy<weight_format::f32>;
 using bf16 = policy<weight_format::bf16>;
 using f16 = policy<weight_format::f16>;
@@ -66,6 +69,10 @@ using nvfp4 = policy<weight_format::nvfp4>;
 using mxfp4 = policy<weight_format::mxfp4>;
 
 }  // namespace format
+
+// What a composition may name as its weight format: one policy, or format::any.
+template <class F>
+concept format_constraint = weight_format_policy<F> || std::same_as<F, format::any>;
 
 // Calls fn(Policy{}) for the policy of a runtime format; every branch instantiates the
 // same generic code, so the result type must not depend on the policy.

@@ -45,7 +45,9 @@ enum class mla_mode : std::uint8_t {
   absorbed,
 };
 
-struct mla_attention {
+// Rope: the pairing of the RoPE part (DeepSeek: rope_interleaved), or rope_by_config.
+template <rope_policy Rope = rope_by_config>
+struct basic_mla_attention {
   linear q_a, q_b, q_proj, kv_a, kv_b, o;  // q_a/q_b when q_lora_rank > 0, else q_proj
   rms_norm q_a_norm, kv_a_norm;
   rope_table rope;
@@ -68,15 +70,15 @@ struct mla_attention {
   };
 
   static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::mla;
+    return c.layers[layer].attention == attention_kind::mla && rope_fits<Rope>(c.rope_interleave);
   }
-  static result<mla_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+  static result<basic_mla_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     return load(ck, cat("model.layers.", layer, ".self_attn"), c, layer);
   }
 
-  static result<mla_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
-                                    std::size_t layer) {
-    mla_attention a;
+  static result<basic_mla_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
+                                          std::size_t layer) {
+    basic_mla_attention a;
     a.n_heads = c.n_heads;
     a.nope = c.qk_nope_dim;
     a.rope_dim = c.qk_rope_dim;
@@ -187,8 +189,8 @@ struct mla_attention {
     for (std::size_t t = 0; t < T; ++t) {
       float* kvt = kv + t * (kv_lora + rope_dim);
       kv_a_norm.apply_row(kvt, kvt, kv_lora);
-      apply_rope(rope, interleave, pos0 + t, kvt + kv_lora, 1, rope_dim, rope_tmp);
-      apply_rope(rope, interleave, pos0 + t, q + t * H * qk + nope, H, qk, rope_tmp);
+      apply_rope<Rope>(rope, interleave, pos0 + t, kvt + kv_lora, 1, rope_dim, rope_tmp);
+      apply_rope<Rope>(rope, interleave, pos0 + t, q + t * H * qk + nope, H, qk, rope_tmp);
       kc.latent.store(pos0 + t, kvt);
       kc.k_rope.store(pos0 + t, kvt + kv_lora);
     }
@@ -252,6 +254,27 @@ struct mla_attention {
     SLM_TRY(attend(p, attn_scratch, cx));
     return o.apply(att, T, out, cx);                                // [T, H*v] x [H*v, d] -> [T, d]
   }
+
+  // fn(name, linear, projection): every weight this layer multiplies by.
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    if (q_lora > 0) {
+      fn("q_a_proj", q_a, true);
+      fn("q_b_proj", q_b, true);
+    } else {
+      fn("q_proj", q_proj, true);
+    }
+    fn("kv_a_proj_with_mqa", kv_a, true);
+    fn("kv_b_proj", kv_b, true);
+    fn("o_proj", o, true);
+    if (indexer) {
+      fn("indexer.wq_b", indexer->wq_b, true);
+      fn("indexer.wk", indexer->wk, true);
+      fn("indexer.weights_proj", indexer->weights_proj, false);  // a score weighting, kept precise
+    }
+  }
 };
+
+using mla_attention = basic_mla_attention<>;
 
 }  // namespace slm

@@ -60,6 +60,14 @@ struct feed_forward {
     return forward(x, T, out, ws.ffn, cx);
   }
 
+  // fn(name, linear, projection): every weight this layer multiplies by.
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    if (gated()) fn("gate_proj", gate, true);
+    fn("up_proj", up, true);
+    fn("down_proj", down, true);
+  }
+
   // [T, d] -> [T, d]. scratch grows to 2 * T * hidden floats.
   status forward(const float* x, std::size_t T, float* out, floats& scratch, compute_context& cx) const {
     const std::size_t H = hidden(), d = up.in();

@@ -6,10 +6,14 @@
 //                    x += ffn(RMSNorm(x))                dense MLP or MoE
 //   logits = lm_head(RMSNorm(x))                          [T, V]  (lm_head = embed when tied)
 //
-// decoder<Attention, Ffn> is the composition. A host that knows its model names the
-// layer types, e.g. decoder<gqa_attention, feed_forward> for Llama, and load() refuses a
-// checkpoint whose config needs anything else; the config-driven path is
-// decoder<any_attention, any_ffn> (= slm::model), whose layer types pick per layer.
+// decoder<Attention, Ffn, Norm, Format> is the composition: the attention kind (with its
+// RoPE pairing), the feed-forward kind (with its router), the norm policy and the weight
+// format are types. A host that knows its model names them, e.g.
+//   decoder<basic_gqa_attention<rope_half_split>, feed_forward, rms_norm_weighted, format::nvfp4>
+// for an NVFP4 Llama, and load() refuses a checkpoint whose config or tensors need
+// anything else, naming the layer and the mismatch. The config-driven path is
+// decoder<any_attention, any_ffn> (= slm::model), whose layer types pick per layer and
+// whose weights may be in any format, per tensor.
 //
 // Threading: a loaded decoder is immutable and may be shared by any number of threads;
 // a session (KV caches + scratch) belongs to one thread at a time; the executor comes
@@ -32,6 +36,7 @@
 #include "slm/buffer.hpp"
 #include "slm/checkpoint.hpp"
 #include "slm/dequantize.hpp"
+#include "slm/formats.hpp"
 #include "slm/linear.hpp"
 #include "slm/mla.hpp"
 #include "slm/mlp.hpp"
@@ -98,6 +103,10 @@ struct attention_variant {
       return a.forward(x, T, y, std::get<C>(kc.impl), ws, cx);
     }, impl);
   }
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    std::visit([&](const auto& a) { a.for_each_linear(fn); }, impl);
+  }
 
  private:
   template <class A>
@@ -121,6 +130,10 @@ struct ffn_variant {
   status forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
     return std::visit([&](const auto& f) { return f.forward(x, T, y, ws, cx); }, impl);
   }
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    std::visit([&](const auto& f) { f.for_each_linear(fn); }, impl);
+  }
 
  private:
   template <class F>
@@ -135,7 +148,8 @@ struct ffn_variant {
 using any_attention = attention_variant<gqa_attention, mla_attention>;
 using any_ffn = ffn_variant<feed_forward, moe_ffn>;
 
-template <attention_layer Attention, ffn_layer Ffn>
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm = rms_norm_weighted,
+          format_constraint Format = format::any>
 class decoder {
  public:
   struct layer {
@@ -162,7 +176,8 @@ class decoder {
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       if (!Attention::accepts(c, i) || !Ffn::accepts(c, i))
         return make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " of this ", c.model_type,
-                          " checkpoint does not fit the composition this program was built with");
+                          " checkpoint needs ", c.describe_layer(i),
+                          ", which the composition this program was built with does not provide");
     }
     auto emb = load_linear_weight(ck, "model.embed_tokens");
     if (!emb.ok()) return std::move(emb).take_error();
@@ -181,6 +196,7 @@ class decoder {
     if (!fn.ok()) return std::move(fn).take_error();
     m.final_norm_.weight = std::move(*fn);
     m.final_norm_.eps = c.norm_eps;
+    m.final_norm_.kind = Norm::kind;
     m.layers_.resize(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       layer& L = m.layers_[i];
@@ -192,14 +208,30 @@ class decoder {
       L.input_norm.weight = std::move(*in);
       L.post_attention_norm.weight = std::move(*post);
       L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
+      L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
       auto a = Attention::load(ck, c, i);
       if (!a.ok()) return std::move(a).take_error();
       L.attention = std::move(*a);
       auto f = Ffn::load(ck, c, i);
       if (!f.ok()) return std::move(f).take_error();
       L.ffn = std::move(*f);
+      if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
     }
     return m;
+  }
+
+  // Every projection of every layer (not routers, embeddings or lm_head, which quantizers
+  // keep precise) must be in the composition's format.
+  static status check_format(const checkpoint& ck, std::size_t i, const layer& L) {
+    status s;
+    auto check = [&](std::string_view name, const linear& l, bool projection) {
+      if (s.ok() && projection && l.w.format != Format::id)
+        s = make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " ", name, " is ", to_string(l.w.format),
+                       ", the composition this program was built with expects ", to_string(Format::id));
+    };
+    L.attention.for_each_linear(check);
+    L.ffn.for_each_linear(check);
+    return s;
   }
 
   const model_config& config() const noexcept { return cfg_; }

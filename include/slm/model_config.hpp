@@ -73,6 +73,19 @@ struct model_config {
 
   std::size_t qk_head_dim() const noexcept { return qk_nope_dim + qk_rope_dim; }
 
+  // What layer i needs, in words (for errors that say why a composition does not fit).
+  std::string describe_layer(std::size_t i) const {
+    const layer_spec& l = layers[i];
+    std::string s = l.attention == attention_kind::mla ? (l.sparse ? "MLA attention with DSA" : "MLA attention")
+                                                       : "GQA attention";
+    s += rope_interleave ? ", interleaved RoPE" : ", half-split RoPE";
+    if (l.window) s += cat(", a sliding window of ", l.window);
+    s += l.ffn == ffn_kind::dense ? ", a dense MLP"
+         : router == router_kind::softmax_topk ? ", MoE with softmax top-k routing"
+                                               : ", MoE with sigmoid group-limited routing";
+    return s;
+  }
+
   static result<model_config> from_json(const json::value& cfg);
 };
 

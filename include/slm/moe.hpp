@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -115,7 +116,15 @@ struct sigmoid_grouped_router {
   }
 };
 
-struct moe_ffn {
+// The router as a composition names it: a router type fixes it at compile time,
+// router_by_config takes it from the config.
+struct router_by_config {};
+template <class R>
+concept router_policy = std::same_as<R, router_by_config> || std::same_as<R, softmax_topk_router> ||
+                        std::same_as<R, sigmoid_grouped_router>;
+
+template <router_policy Router = router_by_config>
+struct basic_moe_ffn {
   linear gate;  // router [E, d]
   floats correction_bias;
   std::vector<feed_forward> experts;
@@ -127,8 +136,8 @@ struct moe_ffn {
 
   std::size_t n_experts() const noexcept { return experts.size(); }
 
-  static result<moe_ffn> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
-    moe_ffn m;
+  static result<basic_moe_ffn> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
+    basic_moe_ffn m;
     m.router = c.router;
     m.top_k = c.experts_per_token;
     m.n_group = c.router == router_kind::sigmoid_grouped ? c.n_group : 1;
@@ -166,8 +175,13 @@ struct moe_ffn {
     return m;
   }
 
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::moe; }
-  static result<moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    if (c.layers[layer].ffn != ffn_kind::moe) return false;
+    if constexpr (std::same_as<Router, softmax_topk_router>) return c.router == router_kind::softmax_topk;
+    else if constexpr (std::same_as<Router, sigmoid_grouped_router>) return c.router == router_kind::sigmoid_grouped;
+    else return true;
+  }
+  static result<basic_moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     // Mixtral checkpoints name the block block_sparse_moe; transformers 5.x calls it mlp.
     const std::string mixtral = cat("model.layers.", layer, ".block_sparse_moe");
     return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : cat("model.layers.", layer, ".mlp"), c);
@@ -196,12 +210,17 @@ struct moe_ffn {
     static_assert(sizeof(router_choice) == 2 * sizeof(float) && sizeof(std::uint32_t) == sizeof(float));
 
     SLM_TRY(gate.apply(x, T, logits, cx));  // [T, d] x [d, E] -> [T, E]
+    const sigmoid_grouped_router grouped{correction_bias.data(), n_group, topk_group, norm_topk_prob, routed_scaling};
+    const softmax_topk_router softmax{norm_topk_prob};
     for (std::size_t t = 0; t < T; ++t) {
-      if (router == router_kind::sigmoid_grouped) {
-        sigmoid_grouped_router r{correction_bias.data(), n_group, topk_group, norm_topk_prob, routed_scaling};
-        r.route(logits + t * E, E, k, choice + t * k, tmp);
+      if constexpr (std::same_as<Router, sigmoid_grouped_router>) {
+        grouped.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else if constexpr (std::same_as<Router, softmax_topk_router>) {
+        softmax.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else if (router == router_kind::sigmoid_grouped) {
+        grouped.route(logits + t * E, E, k, choice + t * k, tmp);
       } else {
-        softmax_topk_router{norm_topk_prob}.route(logits + t * E, E, k, choice + t * k, tmp);
+        softmax.route(logits + t * E, E, k, choice + t * k, tmp);
       }
     }
     std::fill(out, out + T * d, 0.0f);
@@ -229,8 +248,16 @@ struct moe_ffn {
     return {};
   }
 
+  // fn(name, linear, projection): every weight this layer multiplies by.
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    fn("gate", gate, false);  // the router: quantizers leave it precise
+    for (const feed_forward& e : experts) e.for_each_linear(fn);
+    if (shared.up.out() != 0) shared.for_each_linear(fn);
+  }
+
  private:
-  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, moe_ffn& m) {
+  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
     const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
     auto gu = ck.tensor(prefix + ".experts.gate_up_proj");
     auto dn = ck.tensor(prefix + ".experts.down_proj");
@@ -271,5 +298,7 @@ struct moe_ffn {
     return {};
   }
 };
+
+using moe_ffn = basic_moe_ffn<>;
 
 }  // namespace slm

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 
 #include "slm/buffer.hpp"
@@ -18,6 +19,19 @@
 namespace slm {
 
 enum class norm_weight_kind { plain, one_plus, none };
+
+// Norm policies: how a stored RMSNorm weight w scales (a composition names one; the
+// config-driven model uses the plain form, which every supported model_type has).
+struct rms_norm_weighted {
+  static constexpr norm_weight_kind kind = norm_weight_kind::plain;
+};
+struct rms_norm_unit_offset {  // Gemma-style checkpoints store w and scale by 1 + w
+  static constexpr norm_weight_kind kind = norm_weight_kind::one_plus;
+};
+template <class N>
+concept norm_policy = requires {
+  { N::kind } -> std::convertible_to<norm_weight_kind>;
+};
 
 struct rms_norm {
   floats weight;  // [d], empty for norm_weight_kind::none

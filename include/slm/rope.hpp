@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <numbers>
 #include <string>
@@ -267,11 +268,32 @@ void apply_rope(const rope_table& t, std::size_t pos, float* x, std::size_t n_he
   for (std::size_t h = 0; h < n_heads; ++h) Pairing::rotate(x + h * stride, half, scratch, scratch + half);
 }
 
+// The pairing as a composition names it: a pairing type fixes it at compile time,
+// rope_by_config takes it from the config (rope_interleave) at load.
+struct rope_by_config {};
+template <class P>
+concept rope_policy = rope_pairing<P> || std::same_as<P, rope_by_config>;
+
+// Does the config's pairing fit the composition's?
+template <rope_policy P>
+constexpr bool rope_fits(bool interleave) noexcept {
+  if constexpr (std::same_as<P, rope_by_config>) return true;
+  else return interleave == std::same_as<P, rope_interleaved>;
+}
+
 // The runtime choice, for the config-driven path.
 inline void apply_rope(const rope_table& t, bool interleaved, std::size_t pos, float* x, std::size_t n_heads,
                        std::size_t stride, float* scratch) noexcept {
   if (interleaved) apply_rope<rope_interleaved>(t, pos, x, n_heads, stride, scratch);
   else apply_rope<rope_half_split>(t, pos, x, n_heads, stride, scratch);
+}
+
+// Rotates with the policy's pairing, or the runtime one for rope_by_config.
+template <rope_policy P>
+void apply_rope(const rope_table& t, bool interleaved, std::size_t pos, float* x, std::size_t n_heads,
+                std::size_t stride, float* scratch) noexcept {
+  if constexpr (std::same_as<P, rope_by_config>) apply_rope(t, interleaved, pos, x, n_heads, stride, scratch);
+  else apply_rope<P>(t, pos, x, n_heads, stride, scratch);
 }
 
 }  // namespace slm
