@@ -230,8 +230,8 @@ struct basic_gqa_attention {
   }
 
   template <class Options>
-  status init_cache(cache& kc, const Options& o) const {
-    return init_cache(kc, o.kv, o.reserve_tokens);
+  status init_cache(cache& kc, const Options& opt) const {
+    return init_cache(kc, opt.kv, opt.reserve_tokens);
   }
   status init_cache(cache& kc, kv_dtype type, std::size_t reserve_tokens) const {
     kc.k.type = kc.v.type = type;

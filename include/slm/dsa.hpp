@@ -130,11 +130,11 @@ struct lightning_indexer {
       auto larger = [](const ranked& a, const ranked& b) {
         return (std::isnan(a.first) && !std::isnan(b.first)) || a.first > b.first;
       };
-      const std::size_t k = std::min(top_k, n_all);
-      if (k * 64 <= n_all) std::partial_sort(pairs, pairs + k, pairs + n_all, larger);
-      else std::nth_element(pairs, pairs + (k - 1), pairs + n_all, larger);
+      const std::size_t kept = std::min(top_k, n_all);
+      if (kept * 64 <= n_all) std::partial_sort(pairs, pairs + kept, pairs + n_all, larger);
+      else std::nth_element(pairs, pairs + (kept - 1), pairs + n_all, larger);
       for (std::size_t j = 0; j < top_k; ++j)
-        out[j] = j < k && static_cast<std::size_t>(pairs[j].second) < visible ? static_cast<std::int32_t>(pairs[j].second) : -1;
+        out[j] = j < kept && static_cast<std::size_t>(pairs[j].second) < visible ? static_cast<std::int32_t>(pairs[j].second) : -1;
     }
     return {};
   }

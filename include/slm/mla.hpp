@@ -122,9 +122,9 @@ struct basic_mla_attention {
   }
 
   template <class Options>
-  status init_cache(cache& kc, const Options& o) const {
-    SLM_TRY(init_cache(kc, o.kv, o.reserve_tokens));
-    kc.mode = o.mla;
+  status init_cache(cache& kc, const Options& opt) const {
+    SLM_TRY(init_cache(kc, opt.kv, opt.reserve_tokens));
+    kc.mode = opt.mla;
     return {};
   }
   status init_cache(cache& kc, kv_dtype type, std::size_t reserve_tokens) const {
