@@ -76,6 +76,8 @@ void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::
   const double flops = 2.0 * static_cast<double>(n_tok * N * K) * static_cast<double>(state.iterations());
   state.counters["GFLOPs"] = flops / sec / 1e9;
   state.counters["ratio_to_fma_peak"] = flops / sec / g_probe.f32_flops_per_s;
+  if (act == slm::activation_precision::bf16 && g_probe.bf16_flops_per_s > 0)
+    state.counters["ratio_to_bf16_peak"] = flops / sec / g_probe.bf16_flops_per_s;
 }
 
 void register_all() {
@@ -129,6 +131,24 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
+  // The opt-in bf16-activation path (vdpbf16ps; matmul_bf16.hpp).
+  const char* a16_isa = slm::bf16_activations_accelerated(best) ? "avx512bf16" : "rounded";
+  for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4, weight_format::bf16}) {
+    for (const shape& s : gemv_shapes) {
+      if (f != weight_format::nvfp4 && (s.n != 4096 || s.k != 14336)) continue;
+      benchmark::RegisterBenchmark(
+          slm::cat("gemv_bf16act/", slm::to_string(f), "/", s.n, "x", s.k, "/", a16_isa).c_str(),
+          [=](benchmark::State& st) { bm_gemv(st, f, s.n, s.k, best, slm::activation_precision::bf16); })
+          ->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
+    }
+    for (std::size_t n_tok : {16u, 128u, 512u}) {
+      if (f != weight_format::nvfp4 && n_tok != 512) continue;
+      benchmark::RegisterBenchmark(
+          slm::cat("gemm_bf16act/", slm::to_string(f), "/4096x4096/n=", n_tok, "/", a16_isa).c_str(),
+          [=](benchmark::State& st) { bm_gemm(st, f, 4096, 4096, n_tok, best, slm::activation_precision::bf16); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    }
+  }
 }
 
 }  // namespace
@@ -144,8 +164,10 @@ int main(int argc, char** argv) {
   g_pool = &*pool;
   g_probe = slm::measure_probes(*pool, env_size("SLM_PROBE_MIB", 1024) << 20);
   const slm::cpu_features& cpu = slm::host_cpu();
-  std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, %zu threads\n",
-              g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9, threads);
+  std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, bf16 dot peak %.1f GFLOP/s, "
+              "%zu threads\n",
+              g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9,
+              g_probe.bf16_flops_per_s / 1e9, threads);
   std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d; matmul isa %s; compiled %s\n",
               cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.avx512bf16,
               std::string(slm::to_string(slm::default_isa())).c_str(),
@@ -159,6 +181,7 @@ int main(int argc, char** argv) {
   );
   benchmark::AddCustomContext("probe_read_GBps", std::to_string(g_probe.read_bytes_per_s / 1e9));
   benchmark::AddCustomContext("probe_f32_GFLOPs", std::to_string(g_probe.f32_flops_per_s / 1e9));
+  benchmark::AddCustomContext("probe_bf16_GFLOPs", std::to_string(g_probe.bf16_flops_per_s / 1e9));
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -8,7 +8,9 @@
 // call streams them from DRAM, as a real decode step does; GEMM reuses one copy.
 //
 //   GEMV figure: weight bytes (codes + scales) per second / read-bandwidth probe
-//   GEMM figure: 2 N K n_tok FLOP per second / f32 FMA probe
+//   GEMM figure: 2 N K n_tok FLOP per second / f32 FMA probe (bf16 activations: / bf16
+//                dot probe where the CPU has one; int8 activations: still / f32 FMA, there
+//                is no int8 probe)
 #pragma once
 
 #include <algorithm>
@@ -87,7 +89,8 @@ struct kernel_figure {
 };
 
 // Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
-// `act` int8 selects the W4A8 path (matmul_w4a8.hpp) for nvfp4 / mxfp4.
+// `act` int8 selects the W4A8 path (matmul_w4a8.hpp) for nvfp4 / mxfp4, bf16 the
+// bf16-activation path (matmul_bf16.hpp) for nvfp4 / mxfp4 / bf16.
 inline result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
                                             const probe_result& probe, executor_ref ex, double seconds = 0.5,
                                             std::size_t gemv_bytes = std::size_t(160) << 20,
@@ -112,7 +115,9 @@ inline result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std:
     fig.ratio = fig.value * 1e9 / probe.read_bytes_per_s;
   } else {
     fig.value = 2.0 * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(n_tok) * calls / elapsed / 1e9;
-    fig.ratio = fig.value * 1e9 / probe.f32_flops_per_s;
+    const bool bf16_ceiling = act == activation_precision::bf16 && probe.bf16_flops_per_s > 0 &&
+                              bf16_activations_accelerated();
+    fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_flops_per_s : probe.f32_flops_per_s);
   }
   return fig;
 }

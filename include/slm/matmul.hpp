@@ -28,16 +28,17 @@
 //              weight dequantized as above; obviously correct, slow. isa::scalar runs it.
 //   GEMV fused decode codes in registers and multiply-accumulate against x in f32; the
 //              block factor is applied once per block (acc += f_b * dot(elements_b, x_b)).
-//              Four rows per iteration, the next rows software-prefetched. AVX-512
+//              Four rows per iteration, the next rows software-prefetched into L2. AVX-512
 //              nvfp4/mxfp4 take 128 columns per step: 64 code bytes as 16 words, one
 //              vpermps E2M1 lookup per nibble position (no widening), one factor vector
 //              per step; AVX-512 bf16 splits each word into even/odd columns. Both read x
 //              through a per-call copy permuted to that lane order.
-//   GEMM panel a thread decodes PR rows x KC columns of W (PR = 32 on AVX-512, 16 on
+//   GEMM panel a thread decodes PR rows x KC columns of W (PR = 64 on AVX-512, 16 on
 //              AVX2) into an f32 panel laid out k-major (dequantized exactly as the
 //              reference does), then a register-tiled microkernel multiplies it with a
-//              tile of up to 12 (6) tokens: broadcast x[t, k], FMA into PR-wide row
-//              vectors, so each weight is decoded once per call whatever n_tok is.
+//              tile of up to 6 tokens: broadcast x[t, k], FMA into PR-wide row
+//              vectors (4 x 6 accumulators on AVX-512, 2 x 6 on AVX2), so each weight
+//              is decoded once per call whatever n_tok is.
 //   fp8 has no fused GEMV: it runs the panel path with one token (decode is a table
 //   lookup, scalar); the panel path is also what n_tok >= 3 uses for every format.
 //
@@ -46,10 +47,10 @@
 // that depends only on (format, isa, n_tok path, K): results are bit-identical for any
 // thread count (tested). Different isa values differ only in summation order.
 //
-// W4A8 (int8 activations, AVX-512 VNNI) for nvfp4 / mxfp4 is in matmul_w4a8.hpp
-// (included at the end of this file): opt-in per call, never the default. Not
-// implemented yet: a vdpbf16ps NVFP4 GEMV (E2M1 is exact in bf16; x would be split into
-// bf16 parts).
+// Reduced-precision activations, opt-in per call, never the default (activation_precision
+// below): W4A8 (int8 activations, AVX-512 VNNI, nvfp4 / mxfp4) in matmul_w4a8.hpp, bf16
+// activations (AVX-512 BF16 vdpbf16ps, nvfp4 / mxfp4 / bf16) in matmul_bf16.hpp; both
+// are included at the end of this file.
 #pragma once
 
 #include <algorithm>
@@ -57,6 +58,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <string_view>
 
 #include "slm/cpu.hpp"
 #include "slm/numeric.hpp"
@@ -334,8 +336,8 @@ SLM_MM_AVX512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const flo
       }
       // The same line of the row R rows on (the next iteration's): short rows give the
       // hardware prefetcher little time to lock on. Prefetches never fault.
-      _mm_prefetch(reinterpret_cast<const char*>(cp + R * w.row_stride), _MM_HINT_T0);
-      if ((j & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 2 : 1) * j + R * w.scale_stride), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(cp + R * w.row_stride), _MM_HINT_T1);  // into L2, as bf16 below
+      if ((j & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 2 : 1) * j + R * w.scale_stride), _MM_HINT_T1);
       __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(v0, tbl), xq[0]);
       __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), tbl), xq[1]);
       s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v1, tbl), xq[2], s0);
@@ -393,7 +395,9 @@ SLM_MM_AVX512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const fl
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
       const __m512i v = _mm512_loadu_si512(row[i] + 64 * j);
-      _mm_prefetch(reinterpret_cast<const char*>(row[i] + 64 * j + R * w.row_stride), _MM_HINT_T0);
+      // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
+      // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
+      _mm_prefetch(reinterpret_cast<const char*>(row[i] + 64 * j + R * w.row_stride), _MM_HINT_T1);
       acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
       acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
     }
@@ -489,38 +493,43 @@ SLM_MM_AVX512 inline void decode_row_512(const weight_matrix& w, std::size_t r, 
   if (k < end) decode_scalar(w, r, k, end - k, out + (k - k0));
 }
 
-// Microkernel: T tokens x 32 rows over kc columns of a k-major panel (32 floats per k).
-// y points at Y[t0, r0]; nr <= 32 rows are written; first: store, else add.
+// Microkernel: T tokens x 64 rows over kc columns of a k-major panel (64 floats per k).
+// y points at Y[t0, r0]; nr <= 64 rows are written; first: store, else add. 4 row
+// vectors x 6 tokens: one broadcast per 4 FMAs (2 x 12 left the FMA pipes idle a third
+// of the time: the broadcasts compete with the FMAs for the vector pipes).
+inline constexpr std::size_t gemm_pr = 64, gemm_tt = 6;
 template <int T>
 SLM_MM_AVX512 void micro_512(const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
                              std::size_t ldy, std::size_t nr, bool first) noexcept {
-  __m512 a0[T], a1[T];
-#pragma GCC unroll 12
-  for (int t = 0; t < T; ++t) {
-    a0[t] = _mm512_setzero_ps();
-    a1[t] = _mm512_setzero_ps();
+  constexpr int V = 4;
+  __mmask16 m[V];
+  for (int v = 0; v < V; ++v) {
+    const std::size_t lo = 16 * static_cast<std::size_t>(v);
+    m[v] = static_cast<__mmask16>(nr >= lo + 16 ? 0xFFFFu : nr <= lo ? 0u : ((1u << (nr - lo)) - 1u));
   }
-  for (std::size_t k = 0; k < kc; ++k) {
-    const __m512 w0 = _mm512_load_ps(panel + 32 * k), w1 = _mm512_load_ps(panel + 32 * k + 16);
-#pragma GCC unroll 12
-    for (int t = 0; t < T; ++t) {
-      const __m512 xb = _mm512_set1_ps(x[static_cast<std::size_t>(t) * ldx + k]);
-      a0[t] = _mm512_fmadd_ps(xb, w0, a0[t]);
-      a1[t] = _mm512_fmadd_ps(xb, w1, a1[t]);
-    }
-  }
-  const __mmask16 m0 = static_cast<__mmask16>(nr >= 16 ? 0xFFFFu : ((1u << nr) - 1u));
-  const __mmask16 m1 = static_cast<__mmask16>(nr >= 32 ? 0xFFFFu : nr <= 16 ? 0u : ((1u << (nr - 16)) - 1u));
-#pragma GCC unroll 12
+  __m512 a[V][T];
+#pragma GCC unroll 6
   for (int t = 0; t < T; ++t) {
     float* yt = y + static_cast<std::size_t>(t) * ldy;
-    if (first) {
-      _mm512_mask_storeu_ps(yt, m0, a0[t]);
-      _mm512_mask_storeu_ps(yt + 16, m1, a1[t]);
-    } else {
-      _mm512_mask_storeu_ps(yt, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, yt), a0[t]));
-      _mm512_mask_storeu_ps(yt + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, yt + 16), a1[t]));
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) a[v][t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], yt + 16 * v);
+  }
+  for (std::size_t k = 0; k < kc; ++k) {
+    __m512 wv[V];
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) wv[v] = _mm512_load_ps(panel + gemm_pr * k + 16 * static_cast<std::size_t>(v));
+#pragma GCC unroll 6
+    for (int t = 0; t < T; ++t) {
+      const __m512 xb = _mm512_set1_ps(x[static_cast<std::size_t>(t) * ldx + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < V; ++v) a[v][t] = _mm512_fmadd_ps(xb, wv[v], a[v][t]);
     }
+  }
+#pragma GCC unroll 6
+  for (int t = 0; t < T; ++t) {
+    float* yt = y + static_cast<std::size_t>(t) * ldy;
+#pragma GCC unroll 4
+    for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(yt + 16 * v, m[v], a[v][t]);
   }
 }
 
@@ -532,13 +541,7 @@ SLM_MM_AVX512 inline void micro_512_any(std::size_t T, const float* panel, std::
     case 3: return micro_512<3>(panel, kc, x, ldx, y, ldy, nr, first);
     case 4: return micro_512<4>(panel, kc, x, ldx, y, ldy, nr, first);
     case 5: return micro_512<5>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 6: return micro_512<6>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 7: return micro_512<7>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 8: return micro_512<8>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 9: return micro_512<9>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 10: return micro_512<10>(panel, kc, x, ldx, y, ldy, nr, first);
-    case 11: return micro_512<11>(panel, kc, x, ldx, y, ldy, nr, first);
-    default: return micro_512<12>(panel, kc, x, ldx, y, ldy, nr, first);
+    default: return micro_512<6>(panel, kc, x, ldx, y, ldy, nr, first);
   }
 }
 
@@ -546,7 +549,7 @@ SLM_MM_AVX512 inline void micro_512_any(std::size_t T, const float* panel, std::
 SLM_MM_AVX512 inline void gemm_rows_512(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
                                         float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
                                         float* panel, float* tmp) noexcept {
-  constexpr std::size_t PR = 32, TT = 12;
+  constexpr std::size_t PR = gemm_pr, TT = gemm_tt;
   const std::size_t K = w.cols;
   for (std::size_t rb = r0; rb < r1; rb += PR) {
     const std::size_t nr = std::min(PR, r1 - rb);
@@ -949,15 +952,16 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
   }
 
 #ifdef SLM_X86
-  // Panel GEMM: scratch per chunk = panel (32 x KC) + one decoded row (KC).
-  const std::size_t per_chunk = 32 * mm::gemm_kc + mm::gemm_kc;
+  // Panel GEMM: scratch per chunk = panel (64 x KC, AVX-512; 16 x KC, AVX2) + one
+  // decoded row (KC).
+  const std::size_t per_chunk = 64 * mm::gemm_kc + mm::gemm_kc;
   auto scratch = aligned_buffer::allocate(part.count * per_chunk * sizeof(float));
   if (!scratch.ok()) return std::move(scratch).take_error().with_context("matmul");
   float* base = reinterpret_cast<float*>(scratch->data());
   return parallel_for_chunks(ex, part.count, [&](std::size_t c) {
     const index_range r = rows_of(c);
     float* panel = base + c * per_chunk;
-    float* tmp = panel + 32 * mm::gemm_kc;
+    float* tmp = panel + 64 * mm::gemm_kc;
     if (chosen == isa::avx512) mm::gemm_rows_512(w, x, n_tok, ldx, y, ldy, r.begin, r.end, panel, tmp);
     else mm::gemm_rows_256(w, x, n_tok, ldx, y, ldy, r.begin, r.end, panel, tmp);
   });
@@ -969,7 +973,44 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
 #endif
 }
 
+// Activation precision of one call. The weights are dequantized exactly on every path;
+// what differs is what the activations are rounded to before the products:
+//   f32   none: matmul() above, the default everywhere (exact f32 math, gamma bound)
+//   int8  per-block int8 (nvfp4 / mxfp4; AVX-512 VNNI): matmul_w4a8.hpp
+//   bf16  bf16, round to nearest even, once per call (nvfp4 / mxfp4 / bf16 weights;
+//         AVX-512 BF16 vdpbf16ps): matmul_bf16.hpp
+// Never chosen behind the caller's back (no environment variable): a model's numerics
+// are the host's decision, per call.
+enum class activation_precision : std::uint8_t { f32, int8, bf16 };
+
+constexpr std::string_view to_string(activation_precision a) noexcept {
+  switch (a) {
+    case activation_precision::f32: return "f32";
+    case activation_precision::int8: return "int8";
+    case activation_precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+// Defined in matmul_w4a8.hpp and matmul_bf16.hpp (included below).
+inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                          std::size_t ldy, executor_ref ex, isa which = isa::best);
+inline status matmul_bf16_activations(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                      float* y, std::size_t ldy, executor_ref ex, isa which = isa::best);
+
+// matmul with a choice of activation precision: f32 is matmul() itself.
+inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                     std::size_t ldy, executor_ref ex, isa which, activation_precision act) {
+  switch (act) {
+    case activation_precision::int8: return matmul_w4a8(w, x, n_tok, ldx, y, ldy, ex, which);
+    case activation_precision::bf16: return matmul_bf16_activations(w, x, n_tok, ldx, y, ldy, ex, which);
+    case activation_precision::f32: break;
+  }
+  return matmul(w, x, n_tok, ldx, y, ldy, ex, which);
+}
+
 }  // namespace slm
 
-// The opt-in W4A8 path builds on the helpers above.
+// The opt-in reduced-precision paths build on the helpers above.
 #include "slm/matmul_w4a8.hpp"  // IWYU pragma: export
+#include "slm/matmul_bf16.hpp"  // IWYU pragma: export

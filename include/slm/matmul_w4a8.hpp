@@ -81,12 +81,6 @@
 
 namespace slm {
 
-enum class activation_precision : std::uint8_t { f32, int8 };
-
-constexpr std::string_view to_string(activation_precision a) noexcept {
-  return a == activation_precision::int8 ? "int8" : "f32";
-}
-
 namespace detail::w4a8 {
 
 inline constexpr std::size_t seg = 16;     // columns per exact integer dot
@@ -461,8 +455,9 @@ inline bool w4a8_accelerated(isa which = isa::best) noexcept {
 
 // Y = X W^T with X quantized to int8 per block (see the file comment). Same arguments,
 // errors and guarantees as matmul(); nvfp4 / mxfp4 only, other formats run matmul().
+// (Declared, with its default isa, in matmul.hpp.)
 inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                          std::size_t ldy, executor_ref ex, isa which = isa::best) {
+                          std::size_t ldy, executor_ref ex, isa which) {
   namespace mm = detail::mm;
   namespace wq = detail::w4a8;
   if (w.format != weight_format::nvfp4 && w.format != weight_format::mxfp4)
@@ -560,14 +555,6 @@ inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_
 #else
   return ok_status();
 #endif
-}
-
-// matmul with a choice of activation precision: f32 is matmul() itself (W4A16, the
-// default everywhere), int8 is matmul_w4a8().
-inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                     std::size_t ldy, executor_ref ex, isa which, activation_precision act) {
-  if (act == activation_precision::int8) return matmul_w4a8(w, x, n_tok, ldx, y, ldy, ex, which);
-  return matmul(w, x, n_tok, ldx, y, ldy, ex, which);
 }
 
 }  // namespace slm

@@ -7,6 +7,9 @@
 //   f32 FMA peak    independent FMA chains held in registers, one per accumulator,
 //                   enough of them to cover the FMA latency. What a compute-bound
 //                   kernel (prefill GEMM) can at best reach.
+//   bf16 dot peak   the same with vdpbf16ps (AVX512_BF16: 32 bf16 products summed in
+//                   pairs into 16 f32 lanes, 64 FLOP per instruction); 0 on CPUs
+//                   without it. The ceiling of the bf16-activation GEMM (matmul_bf16.hpp).
 //
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (cpu.hpp), like the kernels.
@@ -31,6 +34,7 @@ namespace slm {
 struct probe_result {
   double read_bytes_per_s = 0;
   double f32_flops_per_s = 0;
+  double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
   std::size_t threads = 1;
   std::size_t probe_bytes = 0;
 };
@@ -109,6 +113,21 @@ __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(std::size_t ste
   }
   return s;
 }
+__attribute__((target("avx512f,avx512bf16"))) inline float bf16_dot_chains_avx512(std::size_t steps) noexcept {
+  __m512 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m512i one = _mm512_set1_epi32(0x3F803F80);  // bf16 pairs (1, 1)
+  const __m512bh a = (__m512bh)one, b = (__m512bh)_mm512_set1_epi32(0x33D633D6);  // (1e-7, 1e-7)
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+  alignas(64) float tmp[16];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm512_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
 #endif
 
 inline float fma_chains_scalar(std::size_t steps) noexcept {
@@ -150,13 +169,40 @@ inline double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000) 
   return best;
 }
 
-// Both probes on the executor's threads, read bandwidth over `probe_bytes`.
+// FLOP/s (64 per vdpbf16ps) of independent bf16 dot chains on every thread; 0 without
+// AVX512_BF16.
+inline double probe_dot_bf16(executor_ref ex, std::size_t products = 160'000'000) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const cpu_features& cpu = host_cpu();
+  if (!cpu.avx512bf16) return 0;
+  const std::size_t steps = products / 32;
+  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = detail::bf16_dot_chains_avx512(steps); });
+    const double sec = seconds_since(t0);
+    const double flops = 64.0 * detail::probe_chains * static_cast<double>(steps) * static_cast<double>(ex.concurrency());
+    if (sec > 0 && flops / sec > best) best = flops / sec;
+  }
+  volatile float keep = 0;
+  for (float v : sink) keep = keep + v;
+  return best;
+#else
+  (void)ex;
+  (void)products;
+  return 0;
+#endif
+}
+
+// All probes on the executor's threads, read bandwidth over `probe_bytes`.
 inline probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30) {
   probe_result r;
   r.threads = ex.concurrency();
   r.probe_bytes = probe_bytes;
   r.read_bytes_per_s = probe_read_bandwidth(ex, probe_bytes);
   r.f32_flops_per_s = probe_fma_f32(ex);
+  r.bf16_flops_per_s = probe_dot_bf16(ex);
   return r;
 }
 
