@@ -23,11 +23,16 @@
 
 namespace slm {
 
-// What one forward call runs on: the executor, and counters the layers add to.
+// What one forward call runs on: the executor, the activation precision of quantized
+// products, and counters the layers add to.
 struct compute_context {
   executor_ref ex;
   std::uint64_t weight_bytes = 0;  // weight bytes streamed by linear::apply
   const cancellation* cancel = nullptr;
+  // Activations of products with NVFP4/MXFP4 weights: f32 is exact (the reference);
+  // bf16 is the faster W4A16 path (matmul_bf16.hpp; its error bound is documented
+  // there), int8 the W4A8 path. Dense weights always multiply f32 activations.
+  activation_precision quantized_activations = activation_precision::f32;
 };
 
 // Bytes a kernel reads for one pass over w: codes plus block scales.
@@ -66,7 +71,9 @@ struct linear {
 
   // [T, in] x [in, out] -> [T, out]; x rows are ldx apart, y rows ldy apart.
   status apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy, compute_context& cx) const {
-    SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex));
+    const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
+    SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best,
+                   packed ? cx.quantized_activations : activation_precision::f32));
     cx.weight_bytes += weight_bytes(w);
     if (!bias.empty())
       for (std::size_t t = 0; t < T; ++t)
