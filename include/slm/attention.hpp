@@ -23,9 +23,11 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "slm/buffer.hpp"
 #include "slm/checkpoint.hpp"
+#include "slm/cpu.hpp"
 #include "slm/linear.hpp"
 #include "slm/model_config.hpp"
 #include "slm/norm.hpp"
@@ -33,6 +35,10 @@
 #include "slm/parallel.hpp"
 #include "slm/rope.hpp"
 #include "slm/status.hpp"
+
+#ifdef SLM_X86
+#include <immintrin.h>
+#endif
 
 namespace slm {
 
@@ -107,14 +113,71 @@ template <class E> inline float ld(const E* p, std::size_t i) noexcept {
   else return bf16_to_f32(p[i]);
 }
 
+// The reference: one sum, in order.
 template <class E>
 inline float dot(const float* q, const E* k, std::size_t n) noexcept {
   float s = 0;
   for (std::size_t i = 0; i < n; ++i) s += q[i] * ld(k, i);
   return s;
 }
-
 template <class E>
+inline void axpy(float* acc, float e, const E* v, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += e * ld(v, i);
+}
+
+#ifdef SLM_X86
+#define SLM_ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+// The fast path: 16-lane FMAs (two accumulators), masked tails; bf16 widened by a shift.
+template <class E>
+SLM_ATTN_AVX512 inline __m512 load16(const E* p, __mmask16 m) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+template <class E>
+SLM_ATTN_AVX512 inline float dot_512(const float* q, const E* k, std::size_t n) noexcept {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i, 0xFFFF), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load16(k + i + 16, 0xFFFF), a1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k + i, m), a0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+template <class E>
+SLM_ATTN_AVX512 inline void axpy_512(float* acc, float e, const E* v, std::size_t n) noexcept {
+  const __m512 ev = _mm512_set1_ps(e);
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(ev, load16(v + i, m), _mm512_maskz_loadu_ps(m, acc + i)));
+  }
+}
+#endif
+
+// Which kernels one_query uses: the scalar reference, or AVX-512 where the CPU has it.
+template <class E, bool Simd>
+inline float dot_k(const float* q, const E* k, std::size_t n) noexcept {
+#ifdef SLM_X86
+  if constexpr (Simd) return dot_512(q, k, n);
+#endif
+  return dot(q, k, n);
+}
+template <class E, bool Simd>
+inline void axpy_k(float* acc, float e, const E* v, std::size_t n) noexcept {
+#ifdef SLM_X86
+  if constexpr (Simd) return axpy_512(acc, e, v, n);
+#endif
+  axpy(acc, e, v, n);
+}
+
+template <class E, bool Simd>
 void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* acc) noexcept {
   const std::size_t g = h / p.group, pos = p.pos0 + t;
   const float* q1 = p.q1 + t * p.q1_tok + h * p.q1_head;
@@ -125,8 +188,8 @@ void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* 
   float m = -std::numeric_limits<float>::infinity(), l = 0;
   std::fill(acc, acc + p.dv, 0.0f);
   auto visit = [&](std::size_t j) {
-    float s = dot(q1, k1 + j * p.k1.tok, p.d1);
-    if (q2) s += dot(q2, k2 + j * p.k2.tok, p.d2);
+    float s = dot_k<E, Simd>(q1, k1 + j * p.k1.tok, p.d1);
+    if (q2) s += dot_k<E, Simd>(q2, k2 + j * p.k2.tok, p.d2);
     s *= p.scale;
     const E* vj = v + j * p.v.tok;
     if (s > m) {  // new maximum: rescale what has been accumulated
@@ -137,7 +200,7 @@ void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* 
     }
     const float e = std::exp(s - m);
     l += e;
-    for (std::size_t i = 0; i < p.dv; ++i) acc[i] += e * ld(vj, i);
+    axpy_k<E, Simd>(acc, e, vj, p.dv);
   };
   const std::size_t first = p.window && pos + 1 > p.window ? pos + 1 - p.window : 0;
   if (p.selected) {
@@ -156,8 +219,10 @@ void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* 
 }  // namespace detail::attn
 
 // Runs every (query, head) pair, in parallel over the pairs; each pair's result depends
-// on nothing but its inputs, so the thread count never changes the output.
-inline status attend(const attention_problem& p, floats& scratch, compute_context& cx) {
+// on nothing but its inputs, so the thread count never changes the output. `which`
+// picks the dot/axpy kernels: isa::scalar is the reference, anything else uses AVX-512
+// when this CPU has it (the sums then run in another order: results differ by rounding).
+inline status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which = isa::best) {
   const std::size_t pairs = p.T * p.H;
   if (pairs == 0) return {};
   if ((p.q2 && p.k2.type != p.k1.type) || p.v.type != p.k1.type)
@@ -166,12 +231,20 @@ inline status attend(const attention_problem& p, floats& scratch, compute_contex
   SLM_TRY(scratch.resize(chunks * p.dv));
   const static_partition part = partition(0, pairs, chunks);
   const bool bf16 = p.k1.type == kv_dtype::bf16;
+  const isa chosen = resolve_isa(which);
+  const bool simd = chosen == isa::avx512 && isa_supported(isa::avx512, host_cpu());
   return parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
     float* acc = scratch.data() + c * p.dv;
     const index_range r = part.chunk(c);
     for (std::size_t i = r.begin; i < r.end; ++i) {
-      if (bf16) detail::attn::one_query<std::uint16_t>(p, i / p.H, i % p.H, acc);
-      else detail::attn::one_query<float>(p, i / p.H, i % p.H, acc);
+      const std::size_t t = i / p.H, h = i % p.H;
+      if (bf16) {
+        if (simd) detail::attn::one_query<std::uint16_t, true>(p, t, h, acc);
+        else detail::attn::one_query<std::uint16_t, false>(p, t, h, acc);
+      } else {
+        if (simd) detail::attn::one_query<float, true>(p, t, h, acc);
+        else detail::attn::one_query<float, false>(p, t, h, acc);
+      }
     }
   }, cx.cancel);
 }
