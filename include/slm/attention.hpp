@@ -275,7 +275,8 @@ struct basic_gqa_attention {
     a.head_dim = c.head_dim;
     a.window = c.layers[layer].window;
     a.interleave = c.rope_interleave;
-    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+    a.scale = c.attention_multiplier > 0 ? c.attention_multiplier  // Granite's muP scale
+                                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
     a.rope = rope_table::make(c.rope, c.head_dim);
     const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
     auto lq = load_linear(ck, prefix + ".q_proj", qd, c.hidden);
@@ -320,7 +321,7 @@ struct basic_gqa_attention {
            rope_fits<Rope>(c.rope_interleave);
   }
   static result<basic_gqa_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, cat("model.layers.", layer, ".self_attn"), c, layer);
+    return load(ck, c.attention_prefix(layer), c, layer);
   }
 
   status forward(const float* x, std::size_t T, float* out, cache& kc, workspace& ws, compute_context& cx) const {

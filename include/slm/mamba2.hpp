@@ -64,6 +64,7 @@
 #include "slm/buffer.hpp"
 #include "slm/checkpoint.hpp"
 #include "slm/linear.hpp"
+#include "slm/model_config.hpp"
 #include "slm/parallel.hpp"
 #include "slm/status.hpp"
 
@@ -205,6 +206,26 @@ class mamba2_mixer {
       m.norm_w = std::move(*nw);
     }
     return m;
+  }
+
+  // As a decoder layer (the sequence slot of mamba2 / nemotron_h blocks).
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return c.layers[layer].attention == attention_kind::mamba2;
+  }
+  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    mamba2_config m;
+    m.d_model = c.hidden;
+    m.d_state = c.ssm_state;
+    m.d_conv = c.ssm_conv;
+    m.headdim = c.ssm_head_dim;
+    m.ngroups = c.ssm_groups;
+    m.chunk_size = c.ssm_chunk;
+    m.d_inner = c.ssm_heads * c.ssm_head_dim;
+    m.norm_group_size = c.ssm_norm_group;
+    m.eps = c.ssm_eps;
+    m.dt_min = c.ssm_dt_min;
+    if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
+    return load(ck, c.attention_prefix(layer), m);
   }
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).

@@ -73,7 +73,7 @@ struct basic_mla_attention {
     return c.layers[layer].attention == attention_kind::mla && rope_fits<Rope>(c.rope_interleave);
   }
   static result<basic_mla_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, cat("model.layers.", layer, ".self_attn"), c, layer);
+    return load(ck, c.attention_prefix(layer), c, layer);
   }
 
   static result<basic_mla_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,

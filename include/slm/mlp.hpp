@@ -54,7 +54,7 @@ struct feed_forward {
   // A dense feed-forward layer of a decoder: model.layers.N.mlp.
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::dense; }
   static result<feed_forward> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, cat("model.layers.", layer, ".mlp"), c.hidden, c.intermediate, c.act, true);
+    return load(ck, c.ffn_prefix(layer), c.hidden, c.intermediate, c.act, c.mlp_gated);
   }
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.ffn, cx);

@@ -2,9 +2,11 @@
 // a checkpoint directory, run through sessions.
 //
 //   x = embed(ids)                                        [T, d]
-//   for each layer:  x += attention(RMSNorm(x))          GQA or MLA (+ DSA), causal, cached
+//   for each layer:  x += mixer(RMSNorm(x))              GQA or MLA (+ DSA) attention, or Mamba-2
 //                    x += ffn(RMSNorm(x))                dense MLP or MoE
 //   logits = lm_head(RMSNorm(x))                          [T, V]  (lm_head = embed when tied)
+// Either slot of a layer may be empty (Mamba-style blocks fill exactly one: Nemotron-H's
+// pattern "M*M-ME" is mixer, mixer, mixer, ffn, mixer, ffn); an empty slot costs nothing.
 //
 // decoder<Attention, Ffn, Norm, Format> is the composition: the attention kind (with its
 // RoPE pairing), the feed-forward kind (with its router), the norm policy and the weight
@@ -38,6 +40,7 @@
 #include "slm/dequantize.hpp"
 #include "slm/formats.hpp"
 #include "slm/linear.hpp"
+#include "slm/mamba2.hpp"
 #include "slm/mla.hpp"
 #include "slm/mlp.hpp"
 #include "slm/model_config.hpp"
@@ -145,8 +148,36 @@ struct ffn_variant {
   }
 };
 
-using any_attention = attention_variant<gqa_attention, mla_attention>;
-using any_ffn = ffn_variant<feed_forward, moe_ffn>;
+// The empty slots.
+struct no_mixer {
+  struct cache {
+    std::size_t size() const noexcept { return 0; }
+    void truncate(std::size_t) noexcept {}
+  };
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return c.layers[layer].attention == attention_kind::none;
+  }
+  static result<no_mixer> load(const checkpoint&, const model_config&, std::size_t) { return no_mixer{}; }
+  template <class Options>
+  status init_cache(cache&, const Options&) const { return {}; }
+  status forward(const float*, std::size_t, float*, cache&, workspace&, compute_context&) const {
+    return make_error(errc::invalid_argument, "an empty mixer slot was run");
+  }
+  template <class Fn>
+  void for_each_linear(Fn&&) const {}
+};
+struct no_ffn {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::none; }
+  static result<no_ffn> load(const checkpoint&, const model_config&, std::size_t) { return no_ffn{}; }
+  status forward(const float*, std::size_t, float*, workspace&, compute_context&) const {
+    return make_error(errc::invalid_argument, "an empty feed-forward slot was run");
+  }
+  template <class Fn>
+  void for_each_linear(Fn&&) const {}
+};
+
+using any_attention = attention_variant<gqa_attention, mla_attention, mamba2_mixer, no_mixer>;
+using any_ffn = ffn_variant<feed_forward, moe_ffn, no_ffn>;
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm = rms_norm_weighted,
           format_constraint Format = format::any>
@@ -156,6 +187,7 @@ class decoder {
     rms_norm input_norm, post_attention_norm;
     Attention attention;
     Ffn ffn;
+    bool has_mixer = true, has_ffn = true;  // which slots the config fills
   };
 
   static result<decoder> load(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
@@ -179,10 +211,10 @@ class decoder {
                           " checkpoint needs ", c.describe_layer(i),
                           ", which the composition this program was built with does not provide");
     }
-    auto emb = load_linear_weight(ck, "model.embed_tokens");
+    auto emb = load_linear_weight(ck, c.embed_name);
     if (!emb.ok()) return std::move(emb).take_error();
     if (emb->rows != c.vocab || emb->cols != c.hidden)
-      return make_error(errc::format_error, ck.dir().string(), ": model.embed_tokens is [", emb->rows, ", ", emb->cols,
+      return make_error(errc::format_error, ck.dir().string(), ": ", c.embed_name, " is [", emb->rows, ", ", emb->cols,
                         "], the config implies [", c.vocab, ", ", c.hidden, "]");
     m.embed_ = *emb;
     if (c.tie_embeddings && !ck.find("lm_head.weight") && !ck.find("lm_head.weight_packed")) {
@@ -192,7 +224,7 @@ class decoder {
       if (!h.ok()) return std::move(h).take_error();
       m.lm_head_ = std::move(*h);
     }
-    auto fn = load_vector(ck, "model.norm.weight", c.hidden);
+    auto fn = load_vector(ck, c.final_norm_name + ".weight", c.hidden);
     if (!fn.ok()) return std::move(fn).take_error();
     m.final_norm_.weight = std::move(*fn);
     m.final_norm_.eps = c.norm_eps;
@@ -200,13 +232,19 @@ class decoder {
     m.layers_.resize(c.n_layers);
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       layer& L = m.layers_[i];
-      const std::string p = cat("model.layers.", i);
-      auto in = load_vector(ck, p + ".input_layernorm.weight", c.hidden);
-      if (!in.ok()) return std::move(in).take_error();
-      auto post = load_vector(ck, p + ".post_attention_layernorm.weight", c.hidden);
-      if (!post.ok()) return std::move(post).take_error();
-      L.input_norm.weight = std::move(*in);
-      L.post_attention_norm.weight = std::move(*post);
+      const std::string p = c.layer_prefix(i);
+      L.has_mixer = c.layers[i].attention != attention_kind::none;
+      L.has_ffn = c.layers[i].ffn != ffn_kind::none;
+      if (L.has_mixer) {
+        auto in = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".input_layernorm.weight"), c.hidden);
+        if (!in.ok()) return std::move(in).take_error();
+        L.input_norm.weight = std::move(*in);
+      }
+      if (L.has_ffn) {
+        auto post = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".post_attention_layernorm.weight"), c.hidden);
+        if (!post.ok()) return std::move(post).take_error();
+        L.post_attention_norm.weight = std::move(*post);
+      }
       L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
       L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
       auto a = Attention::load(ck, c, i);
@@ -305,20 +343,30 @@ class decoder {
       SLM_TRY(y_.resize(T * d));
       for (std::size_t t = 0; t < T; ++t)
         dequantize_row(m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
+      if (c.embedding_multiplier != 1.0f)
+        for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
+      const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
       for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
         SLM_TRY(check_cancelled(cx.cancel));
         const layer& L = m_->layers_[i];
-        L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
-        SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
-        for (std::size_t k = 0; k < T * d; ++k) x_[k] += y_[k];
-        L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
-        SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
-        for (std::size_t k = 0; k < T * d; ++k) x_[k] += y_[k];
+        if (L.has_mixer) {
+          L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
+          SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
+          for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+        }
+        if (L.has_ffn) {
+          L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
+          SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
+          for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+        }
       }
       if (rows == 0) return {};
       const float* last = x_.data() + (T - rows) * d;
       m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
-      return m_->lm_head_.apply(h_.data(), rows, logits, cx);  // [rows, d] x [d, V] -> [rows, V]
+      SLM_TRY(m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
+      if (c.logits_scaling != 1.0f)
+        for (std::size_t k = 0; k < rows * c.vocab; ++k) logits[k] /= c.logits_scaling;
+      return {};
     }
 
     const decoder* m_;

@@ -146,6 +146,10 @@ struct basic_moe_ffn {
     m.routed_scaling = c.router == router_kind::sigmoid_grouped ? c.routed_scaling_factor : 1.0f;
     if (m.n_group > 256) return make_error(errc::unsupported, "config.json: n_group ", m.n_group, " is over 256");
     const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    if (ck.find(prefix + ".router.layer.weight")) {  // Granite: router.layer, input_linear / output_linear
+      SLM_TRY(load_granite(ck, prefix, c, m));
+      return m;
+    }
     auto g = load_linear(ck, prefix + ".gate", E, d);
     if (!g.ok()) return std::move(g).take_error();
     m.gate = std::move(*g);
@@ -162,13 +166,13 @@ struct basic_moe_ffn {
       // Experts as Mixtral names them (w1 = gate, w3 = up, w2 = down) or as everyone else does.
       const bool w123 = has_module(ck, prefix + ".experts.0.w1");
       for (std::size_t e = 0; e < E; ++e) {
-        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, true, w123);
+        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, c.mlp_gated, w123);
         if (!f.ok()) return std::move(f).take_error();
         m.experts[e] = std::move(*f);
       }
     }
-    if (c.n_shared_experts > 0) {
-      auto f = feed_forward::load(ck, prefix + ".shared_experts", d, I * c.n_shared_experts, c.act, true);
+    if (c.shared_expert_intermediate > 0) {
+      auto f = feed_forward::load(ck, prefix + ".shared_experts", d, c.shared_expert_intermediate, c.act, c.mlp_gated);
       if (!f.ok()) return std::move(f).take_error();
       m.shared = std::move(*f);
     }
@@ -183,8 +187,8 @@ struct basic_moe_ffn {
   }
   static result<basic_moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     // Mixtral checkpoints name the block block_sparse_moe; transformers 5.x calls it mlp.
-    const std::string mixtral = cat("model.layers.", layer, ".block_sparse_moe");
-    return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : cat("model.layers.", layer, ".mlp"), c);
+    const std::string mixtral = cat(c.layer_prefix(layer), ".block_sparse_moe");
+    return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : c.ffn_prefix(layer), c);
   }
   static bool has_module(const checkpoint& ck, const std::string& module) {
     return ck.find(module + ".weight") || ck.find(module + ".weight_packed");
@@ -257,10 +261,42 @@ struct basic_moe_ffn {
   }
 
  private:
-  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
+  // Granite MoE: router.layer [E, d]; experts input_linear [E, 2I, d] (gate rows, then up
+  // rows) and output_linear [E, d, I]; beside the block, shared_mlp.input_linear [2Is, d]
+  // and output_linear [d, Is]. Dense (bf16/f16/f32) tensors only.
+  static status load_granite(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
     const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
-    auto gu = ck.tensor(prefix + ".experts.gate_up_proj");
-    auto dn = ck.tensor(prefix + ".experts.down_proj");
+    auto g = load_linear(ck, prefix + ".router.layer", E, d);
+    if (!g.ok()) return std::move(g).take_error();
+    m.gate = std::move(*g);
+    m.experts.resize(E);
+    SLM_TRY(load_stacked_pair(ck, prefix + ".input_linear.weight", prefix + ".output_linear.weight", c, m));
+    const std::size_t Is = c.shared_expert_intermediate;
+    const std::string shared = prefix.substr(0, prefix.rfind('.')) + ".shared_mlp";
+    auto in = load_linear(ck, shared + ".input_linear", 2 * Is, d);
+    if (!in.ok()) return std::move(in).take_error();
+    auto out = load_linear(ck, shared + ".output_linear", d, Is);
+    if (!out.ok()) return std::move(out).take_error();
+    auto gate_rows = slice_rows(in->w, 0, Is);
+    auto up_rows = slice_rows(in->w, Is, Is);
+    if (!gate_rows.ok()) return std::move(gate_rows).take_error();
+    if (!up_rows.ok()) return std::move(up_rows).take_error();
+    m.shared.act = c.act;
+    m.shared.gate.w = *gate_rows;
+    m.shared.up.w = *up_rows;
+    m.shared.down = std::move(*out);
+    (void)I;
+    return {};
+  }
+
+  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
+    return load_stacked_pair(ck, prefix + ".experts.gate_up_proj", prefix + ".experts.down_proj", c, m);
+  }
+  static status load_stacked_pair(const checkpoint& ck, const std::string& gate_up_name, const std::string& down_name,
+                                  const model_config& c, basic_moe_ffn& m) {
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    auto gu = ck.tensor(gate_up_name);
+    auto dn = ck.tensor(down_name);
     if (!gu.ok()) return std::move(gu).take_error();
     if (!dn.ok()) return std::move(dn).take_error();
     auto dims_are = [](const tensor_view& t, std::size_t a, std::size_t b, std::size_t cc) {
@@ -268,7 +304,7 @@ struct basic_moe_ffn {
              static_cast<std::size_t>(t.dim(2)) == cc;
     };
     if (!dims_are(*gu, E, 2 * I, d) || !dims_are(*dn, E, d, I))
-      return make_error(errc::format_error, ck.dir().string(), ": '", prefix, ".experts.gate_up_proj' / 'down_proj' are ",
+      return make_error(errc::format_error, ck.dir().string(), ": '", gate_up_name, "' / '", down_name, "' are ",
                         gu->shape().to_string(), " / ", dn->shape().to_string(), ", the config implies [", E, ", ", 2 * I,
                         ", ", d, "] / [", E, ", ", d, ", ", I, "]");
     for (std::size_t e = 0; e < E; ++e) {
