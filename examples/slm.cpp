@@ -1,6 +1,9 @@
 // slm - the command-line front end of the slm library.
 //
 //   slm inspect --model DIR|FILE.safetensors [--no-tensors]
+//   slm logits --model DIR --ids ID,... --out FILE.safetensors [--mode full|incremental] [--prefill P]
+//              [--kv f32|bf16] [--mla auto|expanded|absorbed] [--act f32|bf16|int8] [--threads N]
+//   slm run --model DIR --prompt-ids ID,... [-n N] [--kv ...] [--mla ...] [--act ...] [--threads N]
 //   slm bench --kernels [--quick] [--threads N]
 //   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
@@ -15,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -154,6 +158,162 @@ int cmd_inspect(const args& a) {
   return 0;
 }
 
+// A list of token ids, "5,17,3": decimal integers in [0, 2^31), no spaces, at least one.
+slm::result<std::vector<std::int32_t>> parse_ids(std::string_view option, std::string_view text) {
+  std::vector<std::int32_t> ids;
+  if (text.empty()) return slm::make_error(slm::errc::invalid_argument, "--", option, " needs a comma-separated list of token ids");
+  for (std::size_t b = 0; b <= text.size();) {
+    const std::size_t e = std::min(text.find(',', b), text.size());
+    const std::string_view item = text.substr(b, e - b);
+    std::int32_t id = 0;
+    const auto r = std::from_chars(item.data(), item.data() + item.size(), id);
+    if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size() || id < 0)
+      return slm::make_error(slm::errc::invalid_argument, "--", option, ": '", item, "' (item ", ids.size(),
+                             ") is not a token id (a non-negative integer)");
+    ids.push_back(id);
+    b = e + 1;
+  }
+  return ids;
+}
+
+// A positive integer option, or `fallback` when absent.
+slm::result<std::size_t> parse_count(const args& a, std::string_view key, std::size_t fallback) {
+  const std::string_view t = a.get(key);
+  if (t.empty()) return fallback;
+  std::size_t n = 0;
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), n);
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size() || n == 0)
+    return slm::make_error(slm::errc::invalid_argument, "--", key, " needs a positive integer, got '", t, "'");
+  return n;
+}
+
+// How a model runs: --kv f32|bf16, --mla auto|expanded|absorbed (the session) and
+// --act f32|bf16|int8 (the activations of NVFP4/MXFP4 products, per forward call).
+struct run_options {
+  slm::session_options session;
+  slm::activation_precision act = slm::activation_precision::f32;
+};
+slm::result<run_options> parse_run_options(const args& a) {
+  run_options r;
+  slm::session_options& o = r.session;
+  const std::string_view kv = a.get("kv", "f32"), mla = a.get("mla", "auto"), act = a.get("act", "f32");
+  if (kv == "f32") o.kv = slm::kv_dtype::f32;
+  else if (kv == "bf16") o.kv = slm::kv_dtype::bf16;
+  else return slm::make_error(slm::errc::invalid_argument, "--kv must be f32 or bf16, not '", kv, "'");
+  if (mla == "auto") o.mla = slm::mla_mode::automatic;
+  else if (mla == "expanded") o.mla = slm::mla_mode::expanded;
+  else if (mla == "absorbed") o.mla = slm::mla_mode::absorbed;
+  else return slm::make_error(slm::errc::invalid_argument, "--mla must be auto, expanded or absorbed, not '", mla, "'");
+  if (act == "f32") r.act = slm::activation_precision::f32;
+  else if (act == "bf16") r.act = slm::activation_precision::bf16;
+  else if (act == "int8") r.act = slm::activation_precision::int8;
+  else return slm::make_error(slm::errc::invalid_argument, "--act must be f32, bf16 or int8, not '", act, "'");
+  return r;
+}
+
+// Ids outside the vocabulary are the caller's mistake, caught before any work.
+slm::status check_vocab(std::string_view option, const std::vector<std::int32_t>& ids, std::size_t vocab) {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (static_cast<std::size_t>(ids[i]) >= vocab)
+      return slm::make_error(slm::errc::invalid_argument, "--", option, ": token id ", ids[i], " (item ", i,
+                             ") is outside the model's vocabulary [0, ", vocab, ")");
+  return {};
+}
+
+std::size_t argmax(const float* v, std::size_t n) {  // the first maximum, as torch.argmax
+  return static_cast<std::size_t>(std::max_element(v, v + n) - v);
+}
+
+// slm logits: the logits of a token sequence, as tensor "logits" F32 [T, V] in a
+// safetensors file. Row t is always the next-token distribution after ids 0..t
+// (inclusive); the modes differ only in how it is computed: full = one forward over all
+// T ids; incremental = one forward over the first P ids (rows 0..P-1), then ids[P..T)
+// one at a time through the session's KV cache (rows P..T-1). This is the layout of
+// logits_full and logits_incremental in the golden files made by transformers (both
+// [T, V], whatever shared/golden/README.md says of the latter's shape).
+int cmd_logits(const args& a) {
+  const std::string_view model = a.get("model"), out = a.get("out"), mode = a.get("mode", "full");
+  if (model.empty() || out.empty() || !a.has("ids"))
+    return usage_error("logits needs --model DIR, --ids ID,ID,... and --out FILE.safetensors");
+  if (mode != "full" && mode != "incremental")
+    return usage_error(slm::cat("--mode must be full or incremental, not '", mode, "'"));
+  auto ids = parse_ids("ids", a.get("ids"));
+  if (!ids.ok()) return usage_error(ids.error().message());
+  const std::size_t T = ids->size();
+  auto prefill = parse_count(a, "prefill", 1);
+  if (!prefill.ok()) return usage_error(prefill.error().message());
+  if (mode == "full" && a.has("prefill")) return usage_error("--prefill applies to --mode incremental only");
+  if (*prefill > T) return usage_error(slm::cat("--prefill ", *prefill, " exceeds the ", T, " ids given"));
+  auto opt = parse_run_options(a);
+  if (!opt.ok()) return usage_error(opt.error().message());
+  auto pool = make_pool(a);
+  if (!pool.ok()) return usage_error(pool.error().message());
+
+  auto m = slm::model::load(std::string(model));
+  if (!m.ok()) return fail(m.error());
+  const std::size_t V = m->vocab();
+  if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
+
+  std::vector<float> logits(T * V);  // [T, V]
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  auto session = m->new_session(opt->session);
+  if (mode == "full") {
+    if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
+  } else {
+    const std::size_t P = *prefill;
+    if (auto s = session.forward(std::span(ids->data(), P), P, logits.data(), cx); !s.ok()) return fail(s);
+    for (std::size_t t = P; t < T; ++t)
+      if (auto s = session.forward(std::span(ids->data() + t, 1), 1, logits.data() + t * V, cx); !s.ok()) return fail(s);
+  }
+
+  slm::safetensors::writer w;
+  w.set_metadata("format", "pt");
+  w.set_metadata("mode", std::string(mode));
+  if (mode == "incremental") w.set_metadata("prefill", std::to_string(*prefill));
+  const slm::shape shape{static_cast<std::int64_t>(T), static_cast<std::int64_t>(V)};
+  if (auto s = w.add("logits", slm::dtype::f32, shape, std::as_bytes(std::span(logits))); !s.ok()) return fail(s);
+  if (auto s = w.write(std::string(out)); !s.ok()) return fail(s);
+  std::printf("wrote logits %s (%.*s%s) to %.*s\n", shape.to_string().c_str(), static_cast<int>(mode.size()), mode.data(),
+              mode == "incremental" ? slm::cat(", prefill ", *prefill).c_str() : "", static_cast<int>(out.size()), out.data());
+  return 0;
+}
+
+// slm run: greedy generation from prompt ids; prints the N generated ids on one line.
+// No stop token ends it early (stop tokens and text come with the tokenizer).
+int cmd_run(const args& a) {
+  const std::string_view model = a.get("model");
+  if (model.empty() || !a.has("prompt-ids")) return usage_error("run needs --model DIR and --prompt-ids ID,ID,...");
+  auto prompt = parse_ids("prompt-ids", a.get("prompt-ids"));
+  if (!prompt.ok()) return usage_error(prompt.error().message());
+  auto n = parse_count(a, "tokens", 16);
+  if (!n.ok()) return usage_error(slm::cat(n.error().message(), " (-n)"));
+  auto opt = parse_run_options(a);
+  if (!opt.ok()) return usage_error(opt.error().message());
+  auto pool = make_pool(a);
+  if (!pool.ok()) return usage_error(pool.error().message());
+
+  auto m = slm::model::load(std::string(model));
+  if (!m.ok()) return fail(m.error());
+  const std::size_t V = m->vocab();
+  if (auto s = check_vocab("prompt-ids", *prompt, V); !s.ok()) return usage_error(s.message());
+
+  std::vector<float> logits(V);
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  auto session = m->new_session(opt->session);
+  if (auto s = session.forward(*prompt, 1, logits.data(), cx); !s.ok()) return fail(s);
+  std::string line;
+  for (std::size_t i = 0; i < *n; ++i) {
+    const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
+    line += slm::cat(i ? "," : "", next);
+    if (i + 1 < *n)  // the last id needs no forward of its own
+      if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
+  }
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
 int cmd_quantize(const args& a) {
   const std::string_view in = a.get("in"), out = a.get("out"), fmt = a.get("format", "nvfp4");
   if (in.empty() || out.empty()) return usage_error("quantize needs --in DIR and --out DIR");
@@ -195,6 +355,8 @@ int cmd_quantize(const args& a) {
 
 // slm bench --kernels: the matmul cases of bench/bench_matmul.cpp, one line each,
 // "FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
+// FORMAT is the weight format, suffixed _w4a8 (int8 activations) or _bf16act (bf16
+// activations) for the opt-in reduced-precision paths.
 int cmd_bench(const args& a) {
   if (!a.has("kernels")) return usage_error("bench needs --kernels (model benchmarks come with generation)");
   auto pool = make_pool(a);
@@ -205,8 +367,9 @@ int cmd_bench(const args& a) {
     if (r.ec != std::errc() || probe_mib == 0) return usage_error("--probe-mib needs a positive integer");
   }
   const slm::probe_result probe = slm::measure_probes(*pool, probe_mib << 20);
-  std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
-              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.threads,
+  std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nprobe bf16_dot: %.1f GFLOP/s\n"
+              "threads: %zu, isa: %.*s\n",
+              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9, probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
   struct shape { std::size_t n, k; };
   const shape shapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}};
@@ -223,8 +386,23 @@ int cmd_bench(const args& a) {
                               {slm::weight_format::mxfp4, slm::activation_precision::f32, "mxfp4"},
                               {slm::weight_format::f32, slm::activation_precision::f32, "f32"},
                               {slm::weight_format::nvfp4, slm::activation_precision::int8, "nvfp4_w4a8"},
-                              {slm::weight_format::mxfp4, slm::activation_precision::int8, "mxfp4_w4a8"}};
+                              {slm::weight_format::mxfp4, slm::activation_precision::int8, "mxfp4_w4a8"},
+                              {slm::weight_format::nvfp4, slm::activation_precision::bf16, "nvfp4_bf16act"},
+                              {slm::weight_format::mxfp4, slm::activation_precision::bf16, "mxfp4_bf16act"},
+                              {slm::weight_format::bf16, slm::activation_precision::bf16, "bf16_bf16act"}};
+  // --only LABEL[,LABEL...]: just those variants (the labels printed first on each line).
+  const std::string_view only = a.get("only");
+  auto wanted = [&](std::string_view label) {
+    if (only.empty()) return true;
+    for (std::size_t b = 0; b <= only.size();) {
+      const std::size_t e = std::min(only.find(',', b), only.size());
+      if (only.substr(b, e - b) == label) return true;
+      b = e + 1;
+    }
+    return false;
+  };
   for (const variant& v : variants) {
+    if (!wanted(v.label)) continue;
     for (const shape& s : shapes) {
       if (quick && (s.n != 2048)) continue;
       for (std::size_t n_tok : tokens) {
@@ -248,6 +426,8 @@ struct command {
 };
 constexpr command commands[] = {
     {"inspect", "print a checkpoint's architecture, files, tensors and sizes", cmd_inspect},
+    {"logits", "run a model over token ids and write the logits to a safetensors file", cmd_logits},
+    {"run", "greedy generation from prompt token ids; prints the generated ids", cmd_run},
     {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
     {"bench", "measure the matmul kernels against this machine's bandwidth and FMA peak", cmd_bench},
 };
@@ -262,6 +442,28 @@ void print_help() {
       "\ninspect options:\n"
       "  --model DIR|FILE   a Hugging Face style model directory or one .safetensors file\n"
       "  --no-tensors       print the summary only, not one line per tensor\n"
+      "\nlogits options:\n"
+      "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...)\n"
+      "  --ids ID,ID,...    the token ids, T of them\n"
+      "  --out FILE         writes tensor 'logits' F32 [T, V]; row t is the next-token\n"
+      "                     distribution after ids 0..t (inclusive), in both modes\n"
+      "  --mode M           full (default): one forward over all T ids;\n"
+      "                     incremental: rows 0..P-1 from one forward over the first P ids, rows\n"
+      "                     P..T-1 from feeding the rest one id at a time through the KV cache\n"
+      "                     (the layout of logits_full / logits_incremental in the golden files)\n"
+      "  --prefill P        incremental mode: ids in the first forward (default 1, 1 <= P <= T)\n"
+      "  --kv K             KV cache element type: f32 (default) or bf16\n"
+      "  --mla M            MLA form: auto (default: expanded for prompts, absorbed for decode),\n"
+      "                     expanded or absorbed\n"
+      "  --act A            activations of NVFP4/MXFP4 products: f32 (default, exact), bf16 or\n"
+      "                     int8 (faster, approximate); dense weights always use f32\n"
+      "  --threads N        worker threads (default: all)\n"
+      "\nrun options:\n"
+      "  --model DIR        as for logits\n"
+      "  --prompt-ids ID,.. the prompt's token ids\n"
+      "  -n N, --tokens N   ids to generate (default 16); greedy (argmax), no stop token; prints\n"
+      "                     them comma-separated on one line\n"
+      "  --kv, --mla, --act, --threads   as for logits\n"
       "\nquantize options:\n"
       "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
       "  --out DIR          where the converted checkpoint goes\n"
@@ -272,6 +474,10 @@ void print_help() {
       "  --kernels          GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on\n"
       "                     4096x4096, 4096x14336, 14336x4096, 2048x8192 (N x K); one line per case:\n"
       "                     FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the read-bandwidth or FMA probe)\n"
+      "                     (GEMM ratios of the _bf16act lines are to the bf16 dot probe), then\n"
+      "                     the opt-in paths nvfp4_w4a8, mxfp4_w4a8 (int8 activations) and\n"
+      "                     nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act (bf16 activations)\n"
+      "  --only L[,L...]    only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)\n"
       "  --quick            one small shape only, weights in cache (a smoke test, not a figure)\n"
       "  --probe-mib N      size of the read-bandwidth probe (default 1024)\n"
       "  --threads N        worker threads (default: all)\n");
@@ -287,8 +493,8 @@ int main(int argc, char** argv) {
   args a;
   for (int i = 2; i < argc; ++i) {
     std::string_view s = argv[i];
-    if (s.size() > 2 && s.substr(0, 2) == "--") {
-      std::string key(s.substr(2));
+    if ((s.size() > 2 && s.substr(0, 2) == "--") || s == "-n") {
+      std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick";
       if (is_flag) {
         a.options.emplace_back(key, "");

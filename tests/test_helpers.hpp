@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -54,8 +55,11 @@ class temp_dir {
  public:
   explicit temp_dir(std::string_view name) {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            (std::string("slm_test_") + info->test_suite_name() + "_" + info->name() + "_" + std::string(name));
+    // Parameterized tests are named "Prefix/Suite.Test/Param": one directory, not a tree
+    // whose parents would outlive the test.
+    std::string leaf = std::string("slm_test_") + info->test_suite_name() + "_" + info->name() + "_" + std::string(name);
+    std::replace(leaf.begin(), leaf.end(), '/', '_');
+    path_ = std::filesystem::temp_directory_path() / leaf;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
     std::filesystem::create_directories(path_, ec);

@@ -196,6 +196,7 @@ inline result<model_config> model_config::from_json_mamba_style(const json::valu
   SLM_TRY(r.size("vocab_size", c.vocab, true, std::size_t{1} << 26));
   SLM_TRY(r.size("hidden_size", c.hidden, true, std::size_t{1} << 20));
   SLM_TRY(r.number("layer_norm_epsilon", c.norm_eps));
+  if (!(c.norm_eps > 0)) return make_error(errc::format_error, "config.json: \"layer_norm_epsilon\" must be positive");
   c.ssm_eps = c.norm_eps;
   c.tie_embeddings = !nemotron;  // Mamba2Config ties by default, NemotronHConfig does not
   SLM_TRY(r.boolean("tie_word_embeddings", c.tie_embeddings));
@@ -507,17 +508,20 @@ inline result<model_config> model_config::from_json(const json::value& cfg) {
     }
     std::size_t sparse_step = 1;
     SLM_TRY(r.size("decoder_sparse_step", sparse_step, false, 4096));
-    std::vector<std::size_t> mlp_only;
+    // One flag per layer (not a search of the list per layer: a hostile list of 500k
+    // entries times 4096 layers would be quadratic). Indices past the last layer match
+    // no layer, as in transformers' `layer_idx not in mlp_only_layers`.
+    std::vector<bool> mlp_only(c.n_layers, false);
     if (const json::value* m = cfg.find("mlp_only_layers"); m && !m->is_null()) {
       if (!m->is_array()) return make_error(errc::format_error, "config.json: \"mlp_only_layers\" is not a list");
       for (const json::value& v : m->items()) {
         auto n = v.as_uint64();
         if (!n) return make_error(errc::format_error, "config.json: \"mlp_only_layers\" holds a non-integer");
-        mlp_only.push_back(static_cast<std::size_t>(*n));
+        if (*n < c.n_layers) mlp_only[static_cast<std::size_t>(*n)] = true;
       }
     }
     for (std::size_t i = 0; i < c.n_layers; ++i) {
-      const bool dense_only = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+      const bool dense_only = mlp_only[i];
       const bool sparse = c.n_experts > 0 && sparse_step > 0 && (i + 1) % sparse_step == 0;
       c.layers[i].ffn = !dense_only && sparse ? ffn_kind::moe : ffn_kind::dense;
     }

@@ -1,0 +1,232 @@
+// The `slm logits` and `slm run` commands, run as a user runs them (a child process),
+// against the transformers goldens in tests/data/golden/hf:
+//  * `slm logits --mode full` reproduces logits_full, `--mode incremental --prefill P`
+//    reproduces logits_incremental (both [T, V]; row t follows ids 0..t inclusive)
+//    within 1e-3 x max|logit| with the same argmax in every row;
+//  * `slm run` reproduces greedy_tokens from the first P ids;
+//  * usage errors (malformed ids, ids outside the vocabulary, missing options, bad
+//    values) exit 2 with one line "slm: error: ..." naming the problem; a missing
+//    model exits 1.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "slm/safetensors.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+struct cli_result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Runs `slm ARGS` with stdout and stderr captured in files of `dir`.
+cli_result run_cli(const std::filesystem::path& dir, const std::string& args) {
+  const auto out = dir / "stdout.txt", err = dir / "stderr.txt";
+  const std::string cmd = std::string("'") + SLM_CLI_PATH + "' " + args + " > '" + out.string() + "' 2> '" + err.string() + "'";
+  const int status = std::system(cmd.c_str());
+  cli_result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = read_text(out);
+  r.err = read_text(err);
+  return r;
+}
+
+struct golden {
+  std::vector<std::int64_t> ids, greedy;
+  std::size_t prefill = 0, T = 0, V = 0;
+  std::vector<float> full, incremental;  // [T, V] each
+};
+
+std::vector<float> floats_of(const slm::safetensors::file& f, const char* name) {
+  std::vector<float> v;
+  const auto* t = f.find(name);
+  EXPECT_NE(t, nullptr) << name;
+  if (!t) return v;
+  v.resize(static_cast<std::size_t>(t->shape.numel()));
+  EXPECT_TRUE(f.view(*t).to_f32(v).ok());
+  return v;
+}
+
+golden read_golden(const std::filesystem::path& dir) {
+  golden g;
+  auto f = slm::safetensors::file::open(dir / "golden.safetensors");
+  EXPECT_TRUE(f.ok()) << f.error().message();
+  if (!f.ok()) return g;
+  for (float x : floats_of(*f, "input_ids")) g.ids.push_back(static_cast<std::int64_t>(x));
+  for (float x : floats_of(*f, "greedy_tokens")) g.greedy.push_back(static_cast<std::int64_t>(x));
+  g.prefill = static_cast<std::size_t>(floats_of(*f, "prefill_len").at(0));
+  g.full = floats_of(*f, "logits_full");
+  g.incremental = floats_of(*f, "logits_incremental");
+  g.T = g.ids.size();
+  g.V = g.T ? g.full.size() / g.T : 0;
+  return g;
+}
+
+std::string join(const std::vector<std::int64_t>& ids, std::size_t n) {
+  std::string s;
+  for (std::size_t i = 0; i < n && i < ids.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(ids[i]);
+  }
+  return s;
+}
+
+std::size_t argmax(const float* v, std::size_t n) { return static_cast<std::size_t>(std::max_element(v, v + n) - v); }
+
+// One line "slm: error: ..." on stderr, and nothing else.
+void expect_one_error_line(const cli_result& r, const std::string& contains) {
+  EXPECT_EQ(r.err.rfind("slm: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(contains), std::string::npos) << "stderr lacks \"" << contains << "\": " << r.err;
+}
+
+struct logits_case {
+  const char* arch;
+  const char* mode;
+};
+
+class CliLogits : public ::testing::TestWithParam<logits_case> {};
+
+TEST_P(CliLogits, MatchesGolden) {
+  const logits_case c = GetParam();
+  const auto model = slm_test::test_data(std::string("golden/hf/") + c.arch);
+  const golden g = read_golden(model);
+  ASSERT_GT(g.T, 0u);
+  slm_test::temp_dir tmp("out");
+  const auto out = tmp / "logits.safetensors";
+  const bool incremental = std::string(c.mode) == "incremental";
+  std::string args = "logits --model '" + model.string() + "' --ids " + join(g.ids, g.T) + " --out '" + out.string() +
+                     "' --mode " + c.mode + " --threads 2";
+  if (incremental) args += " --prefill " + std::to_string(g.prefill);
+  const cli_result r = run_cli(tmp.path(), args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote logits [" + std::to_string(g.T) + ", " + std::to_string(g.V) + "]"), std::string::npos) << r.out;
+
+  auto f = slm::safetensors::file::open(out);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  const auto* t = f->find("logits");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, slm::dtype::f32);
+  ASSERT_EQ(t->shape.to_string(), "[" + std::to_string(g.T) + ", " + std::to_string(g.V) + "]");
+  const std::vector<float> got = floats_of(*f, "logits");
+  const std::vector<float>& ref = incremental ? g.incremental : g.full;
+  double max_err = 0, max_ref = 0;
+  std::size_t argmax_mismatches = 0;
+  for (std::size_t r2 = 0; r2 < g.T; ++r2) {
+    for (std::size_t v = 0; v < g.V; ++v) {
+      max_err = std::max(max_err, static_cast<double>(std::fabs(got[r2 * g.V + v] - ref[r2 * g.V + v])));
+      max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[r2 * g.V + v])));
+    }
+    argmax_mismatches += argmax(got.data() + r2 * g.V, g.V) != argmax(ref.data() + r2 * g.V, g.V);
+  }
+  std::printf("[ figures  ] slm logits %s --mode %s: max |err| %.3g = %.3g x max|logit|, argmax mismatches %zu / %zu\n",
+              c.arch, c.mode, max_err, max_err / max_ref, argmax_mismatches, g.T);
+  EXPECT_LE(max_err, 1e-3 * max_ref);
+  EXPECT_EQ(argmax_mismatches, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CliLogits,
+                         ::testing::Values(logits_case{"llama", "full"}, logits_case{"llama", "incremental"},
+                                           logits_case{"qwen3_moe", "full"}, logits_case{"qwen3_moe", "incremental"},
+                                           logits_case{"deepseek_v3", "incremental"},
+                                           logits_case{"deepseek_v32", "full"},
+                                           logits_case{"deepseek_v32", "incremental"}),
+                         [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.mode; });
+
+class CliRun : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CliRun, GreedyMatchesGolden) {
+  const auto model = slm_test::test_data(std::string("golden/hf/") + GetParam());
+  const golden g = read_golden(model);
+  ASSERT_GT(g.T, 0u);
+  slm_test::temp_dir tmp("out");
+  const cli_result r = run_cli(tmp.path(), "run --model '" + model.string() + "' --prompt-ids " + join(g.ids, g.prefill) +
+                                               " -n " + std::to_string(g.greedy.size()) + " --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join(g.greedy, g.greedy.size()) + "\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v32"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// The session options reach the model: a bf16 KV cache and MLA's absorbed form still
+// produce the golden's greedy tokens on these models.
+TEST(CliRunOptions, KvBf16AndMlaAbsorbed) {
+  const auto model = slm_test::test_data("golden/hf/deepseek_v3");
+  const golden g = read_golden(model);
+  slm_test::temp_dir tmp("out");
+  const cli_result r = run_cli(tmp.path(), "run --model '" + model.string() + "' --prompt-ids " + join(g.ids, g.prefill) +
+                                               " -n " + std::to_string(g.greedy.size()) +
+                                               " --kv bf16 --mla absorbed --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, join(g.greedy, g.greedy.size()) + "\n");
+}
+
+struct usage_case {
+  const char* name;
+  const char* args;  // after "slm"; MODEL stands for the llama golden, OUT for an output file
+  int exit_code;
+  const char* message;
+};
+
+class CliErrors : public ::testing::TestWithParam<usage_case> {};
+
+TEST_P(CliErrors, OneLineAndExitCode) {
+  const usage_case c = GetParam();
+  slm_test::temp_dir tmp("out");
+  std::string args = c.args;
+  auto substitute = [&](const std::string& key, const std::string& value) {
+    for (std::size_t p; (p = args.find(key)) != std::string::npos;) args.replace(p, key.size(), value);
+  };
+  const std::string model = slm_test::test_data("golden/hf/llama").string(), out = (tmp / "logits.safetensors").string();
+  substitute("MODEL", std::string("'").append(model).append("'"));
+  substitute("OUT", std::string("'").append(out).append("'"));
+  const cli_result r = run_cli(tmp.path(), args);
+  EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+  expect_one_error_line(r, c.message);
+  EXPECT_FALSE(std::filesystem::exists(tmp / "logits.safetensors"));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Usage, CliErrors,
+    ::testing::Values(
+        usage_case{"ids_not_numbers", "logits --model MODEL --ids 5,x,3 --out OUT", 2, "'x' (item 1) is not a token id"},
+        usage_case{"ids_negative", "logits --model MODEL --ids 5,-3 --out OUT", 2, "'-3' (item 1) is not a token id"},
+        usage_case{"ids_empty_item", "logits --model MODEL --ids 5,,3 --out OUT", 2, "'' (item 1) is not a token id"},
+        usage_case{"id_outside_vocab", "logits --model MODEL --ids 5,320 --out OUT", 2,
+                   "token id 320 (item 1) is outside the model's vocabulary [0, 320)"},
+        usage_case{"missing_out", "logits --model MODEL --ids 5,17", 2, "logits needs --model DIR, --ids"},
+        usage_case{"missing_ids", "logits --model MODEL --out OUT", 2, "logits needs --model DIR, --ids"},
+        usage_case{"bad_mode", "logits --model MODEL --ids 5 --out OUT --mode sideways", 2,
+                   "--mode must be full or incremental"},
+        usage_case{"prefill_too_long", "logits --model MODEL --ids 5,6 --out OUT --mode incremental --prefill 3", 2,
+                   "--prefill 3 exceeds the 2 ids given"},
+        usage_case{"bad_kv", "logits --model MODEL --ids 5 --out OUT --kv f8", 2, "--kv must be f32 or bf16"},
+        usage_case{"bad_mla", "logits --model MODEL --ids 5 --out OUT --mla sideways", 2, "--mla must be auto"},
+        usage_case{"bad_act", "logits --model MODEL --ids 5 --out OUT --act f16", 2, "--act must be f32, bf16 or int8"},
+        usage_case{"option_without_value", "logits --model MODEL --ids", 2, "option --ids needs a value"},
+        usage_case{"missing_model", "logits --model /no/such/model --ids 5 --out OUT", 1, "/no/such/model"},
+        usage_case{"run_missing_prompt", "run --model MODEL -n 3", 2, "run needs --model DIR and --prompt-ids"},
+        usage_case{"run_bad_count", "run --model MODEL --prompt-ids 1,2 -n 0", 2, "--tokens needs a positive integer"},
+        usage_case{"run_id_outside_vocab", "run --model MODEL --prompt-ids 1,1000", 2,
+                   "token id 1000 (item 1) is outside"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
