@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -36,7 +37,7 @@ using slm::weight_matrix;
 
 std::vector<isa> available_isas() {
   std::vector<isa> out;
-  for (isa i : {isa::scalar, isa::avx2, isa::avx512})
+  for (isa i : {isa::scalar, isa::avx2, isa::avx512, isa::neon})
     if (slm::isa_supported(i, slm::host_cpu())) out.push_back(i);
   return out;
 }
@@ -216,6 +217,24 @@ TEST(Matmul, ReportsIsas) {
   for (isa i : available_isas()) s += slm::cat(slm::to_string(i), " ");
   std::printf("isas: %s(default %s)\n", s.c_str(), std::string(slm::to_string(slm::default_isa())).c_str());
   EXPECT_TRUE(slm::isa_supported(isa::scalar, slm::host_cpu()));
+#if defined(__aarch64__)
+  // NEON is mandatory in AArch64; the x86 families are not there.
+  EXPECT_TRUE(slm::isa_supported(isa::neon, slm::host_cpu()));
+  EXPECT_FALSE(slm::isa_supported(isa::avx2, slm::host_cpu()));
+  EXPECT_EQ(slm::best_isa(slm::host_cpu()), isa::neon);
+#else
+  EXPECT_FALSE(slm::isa_supported(isa::neon, slm::host_cpu()));
+#endif
+  EXPECT_EQ(slm::isa_from_string("neon"), isa::neon);
+  EXPECT_EQ(slm::to_string(isa::neon), "neon");
+  // SLM_ISA (read once) caps the default at a family this CPU has.
+  if (const char* env = std::getenv("SLM_ISA")) {
+    const isa want = slm::isa_from_string(env);
+    if (want != isa::best && slm::isa_supported(want, slm::host_cpu()) &&
+        static_cast<int>(want) <= static_cast<int>(slm::best_isa(slm::host_cpu()))) {
+      EXPECT_EQ(slm::default_isa(), want) << env;
+    }
+  }
 }
 
 TEST(Matmul, F32) { sweep(weight_format::f32, {1, 16, 37, 48, 80, 256, 1040}); }
@@ -360,6 +379,9 @@ TEST(Matmul, ValidatesArguments) {
   if (!slm::isa_supported(isa::avx512, slm::host_cpu())) {
     EXPECT_TRUE(slm_test::fails_with(slm::matmul(w, x.data(), 1, 64, y.data(), 4, ex, isa::avx512), errc::unsupported, {"avx512"}));
   }
+  if (!slm::isa_supported(isa::neon, slm::host_cpu())) {
+    EXPECT_TRUE(slm_test::fails_with(slm::matmul(w, x.data(), 1, 64, y.data(), 4, ex, isa::neon), errc::unsupported, {"neon"}));
+  }
 }
 
 TEST(Matmul, NegativeZeroAndNanScale) {
@@ -380,6 +402,35 @@ TEST(Matmul, NegativeZeroAndNanScale) {
     ASSERT_TRUE(slm::matmul(w, x.data(), 1, 32, y.data(), 2, ex, which).ok());
     EXPECT_EQ(y[0], 0.0f) << slm::to_string(which);
     EXPECT_TRUE(std::isnan(y[1])) << slm::to_string(which);
+  }
+}
+
+// E4M3 NaN codes (0x7F, 0xFF) make their row NaN on every path, inside the vector part
+// of a row and in its tail; the largest finite code (0x7E = 448) stays finite.
+TEST(Matmul, Fp8NanCodes) {
+  slm::serial_executor ex;
+  constexpr std::size_t N = 3, K = 40;  // 32 columns in vectors, 8 in the tail
+  std::vector<std::byte> data(N * K, std::byte{0x38});  // 1.0
+  data[0 * K + 5] = std::byte{0x7F};
+  data[1 * K + 35] = std::byte{0xFF};
+  data[2 * K + 7] = std::byte{0x7E};
+  weight_matrix w;
+  w.format = weight_format::fp8_e4m3;
+  w.rows = N;
+  w.cols = K;
+  w.data = data.data();
+  w.row_stride = K;
+  w.global = 0.5f;
+  std::vector<float> x(3 * K, 1.0f), y(3 * N);
+  for (isa which : available_isas()) {
+    for (std::size_t n_tok : {1u, 3u}) {
+      ASSERT_TRUE(slm::matmul(w, x.data(), n_tok, K, y.data(), N, ex, which).ok());
+      for (std::size_t t = 0; t < n_tok; ++t) {
+        EXPECT_TRUE(std::isnan(y[t * N + 0])) << slm::to_string(which) << " n_tok=" << n_tok;
+        EXPECT_TRUE(std::isnan(y[t * N + 1])) << slm::to_string(which) << " n_tok=" << n_tok;
+        EXPECT_EQ(y[t * N + 2], 0.5f * (39.0f + 448.0f)) << slm::to_string(which) << " n_tok=" << n_tok;
+      }
+    }
   }
 }
 

@@ -44,7 +44,7 @@ namespace wq = slm::detail::w4a8;
 
 std::vector<isa> available_isas() {
   std::vector<isa> out;
-  for (isa i : {isa::scalar, isa::avx2, isa::avx512})
+  for (isa i : {isa::scalar, isa::avx2, isa::avx512, isa::neon})
     if (slm::isa_supported(i, slm::host_cpu())) out.push_back(i);
   return out;
 }

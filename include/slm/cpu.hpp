@@ -3,7 +3,8 @@
 // The kernels in matmul.hpp are compiled for several instruction sets inside one
 // translation unit (GCC/Clang `__attribute__((target(...)))`), so a host built without
 // -march=native still gets the AVX2 and AVX-512 paths; which one runs is decided here,
-// at run time.
+// at run time. On AArch64 (little-endian, GCC/Clang) the NEON kernels (matmul_neon.hpp)
+// are plain ARMv8.0-A Advanced SIMD, which every AArch64 CPU has.
 //
 //   cpu_features detect_cpu_features()  what this CPU and OS support (cpuid + xgetbv on
 //                                       x86: a feature counts only when the OS saves
@@ -11,9 +12,11 @@
 //   const cpu_features& host_cpu()      the same, detected once (function-local static,
 //                                       thread-safe initialisation, never written after).
 //   isa                                 a kernel family: scalar, avx2 (AVX2+FMA+F16C),
-//                                       avx512 (F+BW+VL, plus VNNI/BF16 where present).
+//                                       avx512 (F+BW+VL, plus VNNI/BF16 where present),
+//                                       neon (AArch64 Advanced SIMD; only there).
 //   resolve_isa(requested)              isa::best -> the best the CPU has, unless the
-//                                       environment variable SLM_ISA (scalar|avx2|avx512)
+//                                       environment variable SLM_ISA
+//                                       (scalar|avx2|avx512|neon)
 //                                       asks for less (read once, cached like host_cpu).
 //                                       An explicit request the CPU cannot run returns
 //                                       isa::best's "none": see isa_supported().
@@ -31,6 +34,12 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define SLM_X86 1
 #include <cpuid.h>
+#endif
+
+// The NEON kernels: AArch64, little-endian (they reinterpret byte vectors as wider
+// lanes), GCC or Clang.
+#if defined(__aarch64__) && defined(__ARM_NEON) && !defined(__ARM_BIG_ENDIAN) && (defined(__GNUC__) || defined(__clang__))
+#define SLM_NEON 1
 #endif
 
 namespace slm {
@@ -112,8 +121,9 @@ inline const cpu_features& host_cpu() noexcept {
   return f;
 }
 
-// Kernel families, in increasing order of capability on x86.
-enum class isa : std::uint8_t { best, scalar, avx2, avx512 };
+// Kernel families, in increasing order of capability on x86 (neon is the only family
+// besides scalar on AArch64, and unavailable elsewhere).
+enum class isa : std::uint8_t { best, scalar, avx2, avx512, neon };
 
 constexpr std::string_view to_string(isa i) noexcept {
   switch (i) {
@@ -121,6 +131,7 @@ constexpr std::string_view to_string(isa i) noexcept {
     case isa::scalar: return "scalar";
     case isa::avx2: return "avx2";
     case isa::avx512: return "avx512";
+    case isa::neon: return "neon";
   }
   return "?";
 }
@@ -135,21 +146,28 @@ constexpr bool isa_supported(isa i, const cpu_features& f) noexcept {
 #else
     case isa::avx2: case isa::avx512: return false;
 #endif
+#ifdef SLM_NEON
+    case isa::neon: return f.neon;
+#else
+    case isa::neon: return false;
+#endif
   }
   return false;
 }
 
 constexpr isa best_isa(const cpu_features& f) noexcept {
+  if (isa_supported(isa::neon, f)) return isa::neon;
   if (isa_supported(isa::avx512, f)) return isa::avx512;
   if (isa_supported(isa::avx2, f)) return isa::avx2;
   return isa::scalar;
 }
 
-// "scalar" / "avx2" / "avx512" -> that isa; anything else -> isa::best.
+// "scalar" / "avx2" / "avx512" / "neon" -> that isa; anything else -> isa::best.
 constexpr isa isa_from_string(std::string_view s) noexcept {
   if (s == "scalar") return isa::scalar;
   if (s == "avx2") return isa::avx2;
   if (s == "avx512") return isa::avx512;
+  if (s == "neon") return isa::neon;
   return isa::best;
 }
 

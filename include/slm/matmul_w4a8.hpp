@@ -87,6 +87,8 @@ inline constexpr std::size_t seg = 16;     // columns per exact integer dot
 inline constexpr std::size_t group = 256;  // columns per GEMV step (16 segments)
 inline constexpr std::int32_t offset = 12;  // weights enter vpdpbusd as e' + 12
 inline constexpr std::array<std::int8_t, 16> e2m1x2 = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+// GEMM panel geometry (AVX-512 VNNI kernels; sizes the scratch on every target).
+inline constexpr std::size_t gemm_pr = 32, gemm_kc = 256, gemm_tt = 6;
 
 // Activation block (elements sharing one int8 scale).
 constexpr std::size_t act_block(weight_format f) noexcept { return f == weight_format::mxfp4 ? 32 : 16; }
@@ -317,9 +319,6 @@ SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int
     y[i] = sum;
   }
 }
-
-// GEMM panel geometry.
-inline constexpr std::size_t gemm_pr = 32, gemm_kc = 256, gemm_tt = 6;
 
 // Decodes rows [rb, rb + nr) x columns [k0, k0 + kc) into the panel: byte
 // panel[128 j + 4 i + m] = u(row rb + i, column k0 + 4 j + m); rows past nr are zero. Factors:
@@ -553,6 +552,7 @@ inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_
     wq::gemm_rows_512(w, q, h, nc, n_tok, y, ldy, r.begin, r.end, panel, fp);
   });
 #else
+  (void)scratch;  // no accelerated kernels here: `fast` is false and returned above
   return ok_status();
 #endif
 }
