@@ -47,9 +47,24 @@
 // untouched; the SSM update itself cannot fail or be cancelled halfway; an error from
 // out_proj leaves the state advanced (the decoder cache below can undo it).
 //
-// For the decoder, `cache` holds two states and flips between them, so a failed call (or a
-// later layer's failure) can be undone by truncate(previous size); rewinding further is
-// not possible for a recurrent state and makes the next forward fail.
+// For the decoder, `cache` is a recurrent_cache<mamba2_state> (recurrent_cache.hpp): the
+// current state, the state where the last call began (a failed call, or a later layer's
+// failure, is undone by truncate(previous size)) and, with session_options::rollback_tokens
+// = R > 0, the states after each of the last R tokens, so that truncate() can drop up to
+// R tokens exactly (speculative decoding). Rewinding further is not possible for a
+// recurrent state and makes the next forward fail.
+//
+// How a call of T tokens records its history (R > 0): one pass over the call, in which
+// in_proj, the conv and out_proj run over all T tokens as usual, and the SSM runs the
+// chunked scan over the first T - m + 1 tokens (m = min(T, R + 1) states to record; the
+// recurrence when that is a single token) and then the recurrence token by token over
+// the last m - 1, copying the state after each. So a call of T <= R tokens is the
+// recurrence throughout (what step() computes, token by token), and a longer prefill is
+// chunked except for its last R tokens. Chunked and recurrent scans agree to float
+// rounding (about 1e-6 relative, tests/test_mamba2.cpp and test_session_state.cpp), and
+// with R = 0 (the default) a call is exactly what it was before: one chunked pass (the
+// recurrence for a single token). Re-feeding tokens after a rollback reproduces the
+// original logits bit for bit when the calls have the same shapes.
 #pragma once
 
 #include <algorithm>
@@ -57,6 +72,7 @@
 #include <cstddef>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -66,6 +82,7 @@
 #include "slm/linear.hpp"
 #include "slm/model_config.hpp"
 #include "slm/parallel.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
@@ -129,6 +146,13 @@ struct mamba2_state {
     if (o.ssm.size()) std::memcpy(ssm.data(), o.ssm.data(), o.ssm.size() * sizeof(float));
     n = o.n;
     return {};
+  }
+  // Session state serialization (recurrent_cache.hpp): the kind tag and the buffers.
+  static constexpr std::string_view kind = "mamba2";
+  template <class Self, class Fn>
+  static void for_each_buffer(Self& s, Fn&& fn) {
+    fn(s.conv);
+    fn(s.ssm);
   }
 };
 
@@ -239,61 +263,43 @@ class mamba2_mixer {
   // Chunked prefill of T tokens x [T, d_model] -> y [T, d_model], continuing from st.
   status forward(const float* x, std::size_t T, float* y, mamba2_state& st, workspace& ws,
                  compute_context& cx) const {
-    return run(x, T, y, st, st, cfg.chunk_size, ws, cx);
+    mamba2_state* const out[1] = {&st};
+    return run(x, T, y, st, out, cfg.chunk_size, ws, cx);
   }
   // The same with another chunk size (tests; tuning).
   status forward_chunked(const float* x, std::size_t T, float* y, mamba2_state& st, std::size_t chunk,
                          workspace& ws, compute_context& cx) const {
     if (chunk == 0) return make_error(errc::invalid_argument, "mamba2: chunk size 0");
-    return run(x, T, y, st, st, chunk, ws, cx);
+    mamba2_state* const out[1] = {&st};
+    return run(x, T, y, st, out, chunk, ws, cx);
   }
   // One decode step: x [d_model] -> y [d_model].
   status step(const float* x, float* y, mamba2_state& st, workspace& ws, compute_context& cx) const {
-    return run(x, 1, y, st, st, 0, ws, cx);
+    mamba2_state* const out[1] = {&st};
+    return run(x, 1, y, st, out, 0, ws, cx);
   }
   // The token-by-token recurrence over T tokens.
   status forward_reference(const float* x, std::size_t T, float* y, mamba2_state& st, workspace& ws,
                            compute_context& cx) const {
-    return run(x, T, y, st, st, 0, ws, cx);
+    mamba2_state* const out[1] = {&st};
+    return run(x, T, y, st, out, 0, ws, cx);
   }
 
-  // The decoder's per-layer cache: two states, one level of undo.
-  struct cache {
-    mamba2_state st[2];
-    unsigned cur = 0;
-    bool can_undo = false, broken = false;
-
-    std::size_t size() const noexcept { return st[cur].n; }
-    const mamba2_state& state() const noexcept { return st[cur]; }
-    void truncate(std::size_t len) noexcept {
-      if (len >= size()) return;
-      if (len == 0) {
-        st[cur].n = 0;
-        can_undo = broken = false;
-      } else if (can_undo && st[cur ^ 1u].n == len) {
-        cur ^= 1u;
-        can_undo = false;
-      } else {
-        broken = true;  // a recurrent state cannot be rewound to an arbitrary position
-      }
-    }
-  };
+  // The decoder's per-layer cache: the current state and its rollback history.
+  using cache = recurrent_cache<mamba2_state>;
   template <class Options>
-  status init_cache(cache& c, const Options&) const {
-    SLM_TRY(init_state(c.st[0]));
-    SLM_TRY(init_state(c.st[1]));
-    c.cur = 0;
-    c.can_undo = c.broken = false;
-    return {};
+  status init_cache(cache& c, const Options& o) const {
+    return c.init(rollback_tokens_of(o), [this](mamba2_state& s) { return init_state(s); });
   }
-  // x [T, d_model] -> out [T, d_model] (chunked; one token takes the step path).
+  // x [T, d_model] -> out [T, d_model], recording the states the cache keeps (one pass:
+  // chunked up to the first recorded state, the recurrence after it; see the top).
   status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
-    if (c.broken)
-      return make_error(errc::unsupported, "mamba2: the state was truncated to a position it cannot be rewound to");
-    mamba2_state& next = c.st[c.cur ^ 1u];
-    SLM_TRY(run(x, T, out, c.st[c.cur], next, T == 1 ? 0 : cfg.chunk_size, ws, cx));
-    c.cur ^= 1u;
-    c.can_undo = true;
+    if (T == 0) return {};
+    if (auto s = c.begin(T); !s.ok()) return std::move(s).with_context("mamba2");
+    const std::span<mamba2_state* const> rec = c.records();
+    const std::size_t head = T - rec.size() + 1;
+    SLM_TRY(run(x, T, out, c.state(), rec, head == 1 ? 0 : cfg.chunk_size, ws, cx));
+    c.commit();
     return {};
   }
 
@@ -305,25 +311,39 @@ class mamba2_mixer {
   }
 
  private:
-  // From state `in` to state `out` (may be the same object). chunk == 0: the recurrence.
-  status run(const float* x, std::size_t T, float* y, const mamba2_state& in, mamba2_state& out, std::size_t chunk,
-             workspace& ws, compute_context& cx) const {
+  // From state `in` over T tokens, recording m = outs.size() states: outs[i] is the state
+  // after the first T - m + 1 + i tokens (outs[m - 1] the final one). Those first
+  // T - m + 1 tokens run the chunked scan (chunk == 0: the recurrence), the rest the
+  // recurrence. outs[0] may be `in` itself; the others must be distinct states.
+  status run(const float* x, std::size_t T, float* y, const mamba2_state& in, std::span<mamba2_state* const> outs,
+             std::size_t chunk, workspace& ws, compute_context& cx) const {
     using namespace detail::mamba2;
     if (T == 0) return {};
     if (!x || !y) return make_error(errc::invalid_argument, "mamba2: null input or output");
+    const std::size_t m = outs.size();
+    if (m == 0 || m > T) return make_error(errc::invalid_argument, "mamba2: ", m, " states to record over ", T, " tokens");
+    for (std::size_t i = 0; i < m; ++i) {
+      if (!outs[i] || (i > 0 && outs[i] == &in))
+        return make_error(errc::invalid_argument, "mamba2: recorded state ", i, " is null or the input state");
+      for (std::size_t j = 0; j < i; ++j)
+        if (outs[j] == outs[i]) return make_error(errc::invalid_argument, "mamba2: recorded states ", j, " and ", i, " alias");
+    }
+    const std::size_t head = T - m + 1;  // tokens before the first recorded state
     const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, G = cfg.ngroups, K = cfg.d_conv;
     const std::size_t Di = cfg.inner(), cd = cfg.conv_dim(), dip = cfg.in_proj_dim();
     const std::size_t conv_n = cd * K, ssm_n = H * P * N;
     if (in.conv.size() != conv_n || in.ssm.size() != ssm_n)
       return make_error(errc::invalid_argument, "mamba2: the state is not sized for this layer (init_state)");
     if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
-    const std::size_t L = chunk == 0 ? 0 : std::min(chunk, T);
+    const std::size_t L = chunk == 0 ? 0 : std::min(chunk, head);
     std::size_t tasks = static_cast<std::size_t>(cx.ex.concurrency());
     tasks = std::max<std::size_t>(1, std::min(tasks, H));
 
     // Fallible work first: the state is written only after in_proj has succeeded.
-    SLM_TRY(out.conv.resize(conv_n));
-    SLM_TRY(out.ssm.resize(ssm_n));
+    for (mamba2_state* o : outs) {
+      SLM_TRY(o->conv.resize(conv_n));
+      SLM_TRY(o->ssm.resize(ssm_n));
+    }
     SLM_TRY(ws.proj.resize(T * (dip + cd + H + Di)));
     if (L) SLM_TRY(ws.attn.resize(tasks * (L * L + L)));
     float* zx = ws.proj.data();   // [T, dip]: z | xBC | dt
@@ -334,6 +354,7 @@ class mamba2_mixer {
 
     // Causal depthwise conv over [conv state inputs 1..K-1, xBC_0 .. xBC_{T-1}].
     const bool fresh = in.n == 0;
+    const std::size_t n0 = in.n;
     for (std::size_t ch = 0; ch < cd; ++ch) {
       const float* w = conv_w.data() + ch * K;
       const float* old = in.conv.data() + ch * K;
@@ -355,17 +376,22 @@ class mamba2_mixer {
         dts[t * H + h] = d;
       }
 
-    // New conv state: the last K of [old state (K), xBC_0 .. xBC_{T-1}]; ascending k reads
-    // old[T + k] before anything at or past it is written, so in == out is safe.
-    for (std::size_t ch = 0; ch < cd; ++ch) {
-      const float* old = in.conv.data() + ch * K;
-      float* nw = out.conv.data() + ch * K;
-      for (std::size_t k = 0; k < K; ++k)
-        nw[k] = T + k < K ? (fresh ? 0.0f : old[T + k]) : zx[(T + k - K) * dip + Di + ch];
+    // New conv states: after Ti tokens, the last K of [old state (K), xBC_0 .. xBC_{Ti-1}].
+    // outs[0] (which may be `in`) is written last; ascending k reads old[Ti + k] before
+    // anything at or past it is written, so in == outs[0] is safe.
+    for (std::size_t i = m; i-- > 0;) {
+      const std::size_t Ti = head + i;
+      for (std::size_t ch = 0; ch < cd; ++ch) {
+        const float* old = in.conv.data() + ch * K;
+        float* nw = outs[i]->conv.data() + ch * K;
+        for (std::size_t k = 0; k < K; ++k)
+          nw[k] = Ti + k < K ? (fresh ? 0.0f : old[Ti + k]) : zx[(Ti + k - K) * dip + Di + ch];
+      }
     }
+    mamba2_state& out = *outs[0];
     if (fresh) std::fill(out.ssm.data(), out.ssm.data() + ssm_n, 0.0f);
     else if (&in != &out) std::memcpy(out.ssm.data(), in.ssm.data(), ssm_n * sizeof(float));
-    out.n = in.n + T;
+    for (std::size_t i = 0; i < m; ++i) outs[i]->n = n0 + head + i;
 
     // The SSM, head by head (in place on out.ssm); no cancellation inside, so the state
     // is never left half-updated.
@@ -378,8 +404,14 @@ class mamba2_mixer {
         const std::size_t g = h / hpg;
         const head_view hv{xs + h * P, xs + Di + g * N, xs + Di + G * N + g * N, dts + h, yb + h * P, cd, H, Di};
         float* S = out.ssm.data() + h * P * N;
-        if (L) ssm_chunked(hv, h, T, L, S, scratch);
-        else ssm_sequential(hv, h, T, S);
+        if (L) ssm_chunked(hv, h, head, L, S, scratch);
+        else ssm_sequential(hv, h, head, S);
+        for (std::size_t i = 1; i < m; ++i) {  // the recorded states, one token each
+          float* Si = outs[i]->ssm.data() + h * P * N;
+          std::memcpy(Si, S, P * N * sizeof(float));
+          ssm_sequential(hv.at(head + i - 1), h, 1, Si);
+          S = Si;
+        }
       }
     }));
 
@@ -414,6 +446,9 @@ class mamba2_mixer {
     const float *x, *B, *C, *dt;
     float* y;
     std::size_t ld, ldt, ldy;
+    head_view at(std::size_t t) const noexcept {
+      return {x + t * ld, B + t * ld, C + t * ld, dt + t * ldt, y + t * ldy, ld, ldt, ldy};
+    }
   };
 
   float d_of(std::size_t h, std::size_t p) const noexcept { return d_per_channel ? D[h * cfg.headdim + p] : D[h]; }

@@ -25,6 +25,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "slm/attention.hpp"
 #include "slm/buffer.hpp"
@@ -66,6 +67,50 @@ struct basic_mla_attention {
     void truncate(std::size_t len) noexcept {
       n = std::min(n, len);
       n_index = std::min(n_index, len);
+    }
+    // Session state (model.hpp): any truncation is exact. `mode` belongs to the session
+    // (session_options::mla) and is neither copied nor saved.
+    bool can_truncate(std::size_t) const noexcept { return true; }
+    std::size_t rollback_limit() const noexcept { return n; }
+    std::string_view kind() const noexcept { return "mla"; }
+    void fingerprint(state_hasher& h) const {
+      h.add(static_cast<std::uint64_t>(latent.type));
+      h.add(latent.width);
+      h.add(k_rope.width);
+      h.add(index_keys.width);
+    }
+    // Into a cache initialized for the same layer and KV dtype: the rows in use only.
+    status copy_from(const cache& src) {
+      SLM_TRY(latent.copy_from(src.latent, src.n));
+      SLM_TRY(k_rope.copy_from(src.k_rope, src.n));
+      SLM_TRY(index_keys.copy_from(src.index_keys, src.n_index));
+      n = src.n;
+      n_index = src.n_index;
+      return {};
+    }
+    // u64 n, u64 n_index, latents, RoPE keys (n rows each), DSA index keys (n_index rows,
+    // n_index = n with an indexer, else 0); each a rows block.
+    status save(state_writer& w) const {
+      SLM_TRY(w.u64(n));
+      SLM_TRY(w.u64(n_index));
+      SLM_TRY(latent.save(w, n));
+      SLM_TRY(k_rope.save(w, n));
+      return index_keys.save(w, n_index);
+    }
+    status load(state_reader& r) {
+      std::size_t rows = 0, rows_index = 0;
+      SLM_TRY(r.size(rows, "cached positions"));
+      SLM_TRY(r.size(rows_index, "indexed positions"));
+      const std::size_t expect_index = index_keys.width ? rows : 0;
+      if (rows_index != expect_index)
+        return make_error(errc::format_error, "", rows_index, " indexer keys for ", rows,
+                          " positions, expected ", expect_index);
+      SLM_TRY(latent.load(r, rows, "latents"));
+      SLM_TRY(k_rope.load(r, rows, "RoPE keys"));
+      SLM_TRY(index_keys.load(r, rows_index, "indexer keys"));
+      n = rows;
+      n_index = rows_index;
+      return {};
     }
   };
 

@@ -20,15 +20,61 @@
 // Threading: a loaded decoder is immutable and may be shared by any number of threads;
 // a session (KV caches + scratch) belongs to one thread at a time; the executor comes
 // in with each call.
+//
+// Session state. A session's caches (KV rows, MLA latents, DSA indexer keys, recurrent
+// states) can be
+//  * rolled back: rollback(n) drops the last n tokens. KV caches are always exact;
+//    recurrent layers (Mamba-2) keep the states of their last session_options::
+//    rollback_tokens tokens (and the state where the last call began), so n within that
+//    is exact and anything else is an error that leaves the session unchanged;
+//  * snapshotted: snapshot() is a deep copy (rows in use only), restore() puts it back
+//    into any session of a model with the same structure and KV dtype;
+//  * saved to bytes and loaded: save() writes the format below, load() checks every
+//    field and length before it replaces anything, so a truncated, corrupted or foreign
+//    blob is an error and the session stays as it was.
+// Restored or loaded state continues bit for bit like the session it came from (same
+// model, same call shapes), and can roll back as that session could: recurrent layers
+// copy and save every state they keep (current, history, the last call's start), so
+// their part of a blob is (kept states) x (state size). rollback_tokens and the MLA
+// mode are the receiving session's own: one that keeps less history keeps the newest
+// states. restore() and load() build the new caches beside the current ones and swap
+// them in, so they need that much memory for a moment.
+//
+// The format (version 1, little-endian, floats as IEEE-754 bits):
+//   offset 0   8  magic "SLMSTATE"
+//          8   4  u32 version (1)
+//          12  1  u8 KV dtype (0 f32, 1 bf16)
+//          13  3  zero
+//          16  8  u64 total size in bytes, checksum included
+//          24  8  u64 structure fingerprint (layers, their kinds and dimensions, KV dtype)
+//          32  8  u64 number of layers
+//          40  8  u64 position (tokens consumed)
+//          48     per layer: an 8-byte kind tag ("gqa", "mla", "mamba2", "none"; NUL-padded)
+//                 and the cache's record:
+//                   gqa     u64 n, keys, values                       (rows blocks, n rows)
+//                   mla     u64 n, u64 n_index, latents, RoPE keys, indexer keys
+//                   mamba2  u64 count, then per state (current first, then newest first):
+//                           u64 n, and if n > 0: u64 buffers (2), per buffer u64 length +
+//                           that many f32 (conv [conv_dim, d_conv], ssm [H, P, N])
+//                   none    nothing
+//                 rows block: u8 dtype, 7 zero bytes, u64 width, u64 rows, rows x width
+//                 values (f32, or bf16 as u16)
+//          end-8  8  u64 checksum of every byte before it (state_format::checksum)
+// A reader of version 1 rejects any other version. Compatibility is by structure, not by
+// weights: a blob loads into any model whose fingerprint matches.
 #pragma once
 
+#include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -46,6 +92,7 @@
 #include "slm/model_config.hpp"
 #include "slm/moe.hpp"
 #include "slm/norm.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
@@ -55,19 +102,37 @@ struct session_options {
   std::size_t reserve_tokens = 0;  // cache rows allocated up front (grows on demand)
   kv_dtype kv = kv_dtype::f32;
   mla_mode mla = mla_mode::automatic;
+  // Recurrent layers keep the states of this many latest tokens, so that rollback(n) is
+  // exact for n <= rollback_tokens (KV caches are exact for any n). Costs that many
+  // copies of each recurrent layer's state; 0 keeps one level of undo (a failed call
+  // leaves the session unchanged). At most recurrent_cache<>::max_rollback_tokens.
+  std::size_t rollback_tokens = 0;
 };
 
 // What a layer type must provide to be composed into a decoder.
+// Its cache: size() positions held, truncate(len) (exact when can_truncate(len); a
+// recurrent cache that cannot marks itself unusable), rollback_limit() (how many latest
+// tokens can be dropped exactly), and the session state members: kind() (the record's
+// tag), fingerprint(), copy_from() (deep copy into a cache initialized for the same
+// layer), save() and load() (the record; load only into a freshly initialized cache).
 template <class A>
-concept attention_layer = requires(const A& a, typename A::cache& c, const checkpoint& ck, const model_config& cfg,
-                                   const session_options& o, const float* x, float* y, workspace& ws,
-                                   compute_context& cx) {
+concept attention_layer = requires(const A& a, typename A::cache& c, const typename A::cache& cc, const checkpoint& ck,
+                                   const model_config& cfg, const session_options& o, const float* x, float* y,
+                                   workspace& ws, compute_context& cx, state_writer& w, state_reader& r,
+                                   state_hasher& h) {
   { A::accepts(cfg, std::size_t{}) } -> std::same_as<bool>;
   { A::load(ck, cfg, std::size_t{}) } -> std::same_as<result<A>>;
   { a.init_cache(c, o) } -> std::same_as<status>;
   { a.forward(x, std::size_t{}, y, c, ws, cx) } -> std::same_as<status>;
-  { c.size() } -> std::same_as<std::size_t>;
+  { cc.size() } -> std::same_as<std::size_t>;
   c.truncate(std::size_t{});
+  { cc.can_truncate(std::size_t{}) } -> std::same_as<bool>;
+  { cc.rollback_limit() } -> std::same_as<std::size_t>;
+  { cc.kind() } -> std::convertible_to<std::string_view>;
+  cc.fingerprint(h);
+  { c.copy_from(cc) } -> std::same_as<status>;
+  { cc.save(w) } -> std::same_as<status>;
+  { c.load(r) } -> std::same_as<status>;
 };
 template <class F>
 concept ffn_layer = requires(const F& f, const checkpoint& ck, const model_config& cfg, const float* x, float* y,
@@ -85,6 +150,32 @@ struct attention_variant {
     std::variant<typename As::cache...> impl;
     std::size_t size() const noexcept { return std::visit([](const auto& c) { return c.size(); }, impl); }
     void truncate(std::size_t n) noexcept { std::visit([n](auto& c) { c.truncate(n); }, impl); }
+    bool can_truncate(std::size_t n) const noexcept {
+      return std::visit([n](const auto& c) { return c.can_truncate(n); }, impl);
+    }
+    std::size_t rollback_limit() const noexcept {
+      return std::visit([](const auto& c) -> std::size_t { return c.rollback_limit(); }, impl);
+    }
+    std::string_view kind() const noexcept {
+      return std::visit([](const auto& c) -> std::string_view { return c.kind(); }, impl);
+    }
+    void fingerprint(state_hasher& h) const {
+      std::visit([&h](const auto& c) { c.fingerprint(h); }, impl);
+    }
+    status copy_from(const cache& o) {
+      if (o.impl.index() != impl.index())
+        return make_error(errc::invalid_argument, "a '", o.kind(), "' cache copied into a '", kind(), "' cache");
+      return std::visit([&o](auto& c) -> status {
+        using C = std::decay_t<decltype(c)>;
+        return c.copy_from(std::get<C>(o.impl));
+      }, impl);
+    }
+    status save(state_writer& w) const {
+      return std::visit([&w](const auto& c) -> status { return c.save(w); }, impl);
+    }
+    status load(state_reader& r) {
+      return std::visit([&r](auto& c) -> status { return c.load(r); }, impl);
+    }
   };
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return (As::accepts(c, layer) || ...); }
   static result<attention_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
@@ -153,6 +244,13 @@ struct no_mixer {
   struct cache {
     std::size_t size() const noexcept { return 0; }
     void truncate(std::size_t) noexcept {}
+    bool can_truncate(std::size_t) const noexcept { return true; }
+    std::size_t rollback_limit() const noexcept { return ~std::size_t{0}; }  // holds nothing per token
+    std::string_view kind() const noexcept { return "none"; }
+    void fingerprint(state_hasher&) const noexcept {}
+    status copy_from(const cache&) noexcept { return {}; }
+    status save(state_writer&) const noexcept { return {}; }
+    status load(state_reader&) noexcept { return {}; }
   };
   static bool accepts(const model_config& c, std::size_t layer) noexcept {
     return c.layers[layer].attention == attention_kind::none;
@@ -277,8 +375,29 @@ class decoder {
   std::span<const layer> layers() const noexcept { return layers_; }
   std::size_t vocab() const noexcept { return cfg_.vocab; }
 
+  class session;
+
+  // A deep copy of a session's caches (the rows in use only), from session::snapshot();
+  // restore() puts it back into any session of a model with the same structure and KV
+  // dtype. Move-only.
+  class snapshot {
+   public:
+    std::size_t position() const noexcept { return pos_; }
+    kv_dtype kv() const noexcept { return kv_; }
+    std::uint64_t fingerprint() const noexcept { return fp_; }
+
+   private:
+    friend class session;
+    std::vector<typename Attention::cache> caches_;
+    std::size_t pos_ = 0;
+    std::uint64_t fp_ = 0;
+    kv_dtype kv_ = kv_dtype::f32;
+  };
+
   class session {
    public:
+    using cache = typename Attention::cache;
+
     explicit session(const decoder& m, session_options o = {}) : m_(&m), opt_(o) {
       if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20);
     }
@@ -321,17 +440,260 @@ class decoder {
       return s;
     }
 
+    // ---- Session state (see the top of this file) ----
+
+    // Whether rollback(n) would succeed: n <= position() and every layer can drop n
+    // tokens exactly (KV caches always; recurrent layers within their kept history).
+    bool can_rollback(std::size_t n) const noexcept {
+      if (n == 0) return true;
+      if (n > pos_) return false;
+      for (const auto& c : caches_)
+        if (!c.can_truncate(pos_ - n)) return false;
+      return true;
+    }
+    // The largest n such that rollback(k) succeeds for every k <= n: position() for KV
+    // models, min(position(), rollback_tokens) once a recurrent session has run that far.
+    // (rollback of exactly the last call's tokens also succeeds: can_rollback says so.)
+    std::size_t rollback_limit() const noexcept {
+      std::size_t lim = pos_;
+      for (const auto& c : caches_) lim = std::min(lim, c.rollback_limit());
+      return lim;
+    }
+    // Drops the last n tokens: the next forward continues from position() - n exactly as
+    // if they had never been fed. An error (n > position(), or a recurrent layer that did
+    // not keep the state n tokens back) leaves the session unchanged.
+    status rollback(std::size_t n) {
+      if (n == 0) return {};
+      if (n > pos_)
+        return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
+      const std::size_t len = pos_ - n;
+      for (std::size_t i = 0; i < caches_.size(); ++i)
+        if (!caches_[i].can_truncate(len))
+          return make_error(errc::unsupported, "rollback: layer ", i, " (", caches_[i].kind(), ") cannot drop ", n,
+                            " tokens: a recurrent layer keeps the states of its last ", caches_[i].rollback_limit(),
+                            " tokens (session_options::rollback_tokens = ", opt_.rollback_tokens,
+                            "); the session is unchanged");
+      for (auto& c : caches_) c.truncate(len);
+      pos_ = len;
+      return {};
+    }
+
+    // A deep copy of the caches (rows in use only; recurrent states with their history).
+    result<typename decoder::snapshot> snapshot() const {
+      typename decoder::snapshot out;
+      session_options o = opt_;
+      o.reserve_tokens = 0;
+      SLM_TRY(make_caches(out.caches_, o));
+      for (std::size_t i = 0; i < caches_.size(); ++i)
+        if (auto st = out.caches_[i].copy_from(caches_[i]); !st.ok())
+          return std::move(st).with_context(cat("snapshot: layer ", i));
+      out.pos_ = pos_;
+      out.kv_ = opt_.kv;
+      out.fp_ = fingerprint(out.caches_);
+      return out;
+    }
+    // Back to a snapshot of this or another session of a model with the same structure
+    // and KV dtype. On error (a mismatch, out of memory) the session is unchanged; the
+    // copy is built beside the current caches and swapped in.
+    status restore(const typename decoder::snapshot& snap) {
+      std::vector<cache> fresh;
+      SLM_TRY(make_caches(fresh, opt_));
+      if (snap.kv_ != opt_.kv)
+        return make_error(errc::invalid_argument, "restore: the snapshot holds ", kv_name(snap.kv_),
+                          " KV caches, this session stores ", kv_name(opt_.kv), " (session_options::kv)");
+      const std::uint64_t fp = fingerprint(fresh);
+      if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
+        return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
+                          snap.caches_.size(), " layers, fingerprint ", snap.fp_, "; this model: ", fresh.size(),
+                          " layers, fingerprint ", fp, ")");
+      if (snap.pos_ > opt_.max_tokens)
+        return make_error(errc::out_of_range, "restore: the snapshot holds ", snap.pos_,
+                          " positions, this session's limit is ", opt_.max_tokens);
+      for (std::size_t i = 0; i < fresh.size(); ++i)
+        if (auto st = fresh[i].copy_from(snap.caches_[i]); !st.ok())
+          return std::move(st).with_context(cat("restore: layer ", i));
+      caches_ = std::move(fresh);
+      pos_ = snap.pos_;
+      return {};
+    }
+
+    // Serializes the session state (the format at the top of this file) through
+    // write(std::span<const std::byte>) -> status, called in order; its error stops the
+    // save and is returned.
+    template <class Write>
+      requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
+    status save(Write&& write) const {
+      std::vector<cache> scratch;
+      const std::vector<cache>* cs = &caches_;
+      SLM_TRY(current_caches(scratch, cs));
+      state_writer counter(nullptr, nullptr, false);
+      SLM_TRY(write_state(counter, *cs, 0));
+      const std::uint64_t total = counter.written() + state_format::checksum_bytes;
+      using W = std::remove_reference_t<Write>;
+      state_writer w([](void* ctx, std::span<const std::byte> b) -> status { return (*static_cast<W*>(ctx))(b); },
+                     const_cast<void*>(static_cast<const void*>(std::addressof(write))), true);
+      SLM_TRY(write_state(w, *cs, total));
+      return w.u64(w.checksum());
+    }
+    // The same into a byte vector (std::vector: for very large states prefer the writer).
+    result<std::vector<std::byte>> save() const {
+      auto n = saved_size();
+      if (!n.ok()) return std::move(n).take_error();
+      std::vector<std::byte> out;
+      if (*n > out.max_size()) return make_error(errc::out_of_memory, "session state of ", *n, " bytes");
+      out.reserve(static_cast<std::size_t>(*n));
+      SLM_TRY(save([&out](std::span<const std::byte> b) -> status {
+        out.insert(out.end(), b.begin(), b.end());
+        return {};
+      }));
+      return out;
+    }
+    // The number of bytes save() writes.
+    result<std::uint64_t> saved_size() const {
+      std::vector<cache> scratch;
+      const std::vector<cache>* cs = &caches_;
+      SLM_TRY(current_caches(scratch, cs));
+      state_writer counter(nullptr, nullptr, false);
+      SLM_TRY(write_state(counter, *cs, 0));
+      return counter.written() + state_format::checksum_bytes;
+    }
+    // Replaces the session state with a saved one, from a session of a model with the
+    // same structure and KV dtype. Every field and length is checked before anything is
+    // replaced: on any error (format_error for a truncated, corrupted or hostile blob,
+    // invalid_argument for another model's or KV dtype's, unsupported for another
+    // version) the session is unchanged.
+    status load(std::span<const std::byte> bytes) {
+      if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
+      return {};
+    }
+
    private:
+    static const char* kv_name(kv_dtype k) noexcept { return k == kv_dtype::f32 ? "f32" : "bf16"; }
+
+    // Caches for every layer, initialized for options o.
+    status make_caches(std::vector<cache>& out, const session_options& o) const {
+      out.clear();
+      out.resize(m_->layers_.size());
+      for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(m_->layers_[i].attention.init_cache(out[i], o));
+      return {};
+    }
     status ensure_caches() {
       if (!caches_.empty()) return {};
-      caches_.resize(m_->layers_.size());
-      for (std::size_t i = 0; i < caches_.size(); ++i) {
-        status s = m_->layers_[i].attention.init_cache(caches_[i], opt_);
-        if (!s.ok()) {
-          caches_.clear();
-          return s;
-        }
+      std::vector<cache> fresh;
+      SLM_TRY(make_caches(fresh, opt_));
+      caches_ = std::move(fresh);
+      return {};
+    }
+    // The caches, or fresh ones in `scratch` for a session that has not run yet.
+    status current_caches(std::vector<cache>& scratch, const std::vector<cache>*& cs) const {
+      cs = &caches_;
+      if (!caches_.empty()) return {};
+      session_options o = opt_;
+      o.reserve_tokens = 0;
+      SLM_TRY(make_caches(scratch, o));
+      cs = &scratch;
+      return {};
+    }
+    // The model's layer structure and dimensions, each cache's layout, the KV dtype.
+    std::uint64_t fingerprint(const std::vector<cache>& cs) const {
+      const model_config& c = m_->cfg_;
+      state_hasher h;
+      h.add(std::string_view("slm decoder session"));
+      for (std::size_t v : {c.n_layers, c.hidden, c.vocab, c.n_heads, c.n_kv_heads, c.head_dim, c.kv_lora_rank,
+                            c.qk_rope_dim, c.index_head_dim, c.ssm_heads, c.ssm_head_dim, c.ssm_state, c.ssm_groups,
+                            c.ssm_conv})
+        h.add(static_cast<std::uint64_t>(v));
+      h.add(static_cast<std::uint64_t>(opt_.kv));
+      for (std::size_t i = 0; i < cs.size(); ++i) {
+        const layer_spec& l = c.layers[i];
+        h.add(static_cast<std::uint64_t>(l.attention));
+        h.add(static_cast<std::uint64_t>(l.ffn));
+        h.add(static_cast<std::uint64_t>(l.sparse));
+        h.add(static_cast<std::uint64_t>(l.window));
+        h.add(std::string_view(cs[i].kind()));
+        cs[i].fingerprint(h);
       }
+      return h.value();
+    }
+    status write_state(state_writer& w, const std::vector<cache>& cs, std::uint64_t total) const {
+      SLM_TRY(w.bytes(state_format::magic, sizeof state_format::magic));
+      SLM_TRY(w.u32(state_format::version));
+      SLM_TRY(w.u8(static_cast<std::uint8_t>(opt_.kv)));
+      SLM_TRY(w.bytes("\0\0\0", 3));
+      SLM_TRY(w.u64(total));
+      SLM_TRY(w.u64(fingerprint(cs)));
+      SLM_TRY(w.u64(cs.size()));
+      SLM_TRY(w.u64(pos_));
+      for (std::size_t i = 0; i < cs.size(); ++i) {
+        SLM_TRY(w.kind(cs[i].kind()));
+        if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
+      }
+      return {};
+    }
+    status load_impl(std::span<const std::byte> bytes) {
+      namespace sf = state_format;
+      constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
+      if (bytes.size() < least)
+        return make_error(errc::format_error, "truncated: ", bytes.size(), " bytes, the header and checksum alone take ",
+                          least);
+      if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
+        return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
+      state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
+      SLM_TRY(r.skip(sizeof sf::magic, "magic"));
+      std::uint32_t version = 0;
+      SLM_TRY(r.u32(version, "version"));
+      if (version != sf::version)
+        return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
+      std::uint8_t kv = 0;
+      SLM_TRY(r.u8(kv, "KV dtype"));
+      if (kv > 1) return make_error(errc::format_error, "KV dtype ", static_cast<unsigned>(kv), " at byte 12 is neither 0 (f32) nor 1 (bf16)");
+      SLM_TRY(r.zeros(3, "reserved header bytes"));
+      std::uint64_t total = 0, fp = 0, layers = 0;
+      std::size_t position = 0;
+      SLM_TRY(r.u64(total, "total size"));
+      if (total != bytes.size())
+        return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
+                          " were given");
+      SLM_TRY(r.u64(fp, "fingerprint"));
+      SLM_TRY(r.u64(layers, "layer count"));
+      SLM_TRY(r.size(position, "position"));
+      if (kv != static_cast<std::uint8_t>(opt_.kv))
+        return make_error(errc::invalid_argument, "saved with ", kv_name(static_cast<kv_dtype>(kv)),
+                          " KV caches, this session stores ", kv_name(opt_.kv), " (session_options::kv)");
+      std::vector<cache> fresh;
+      SLM_TRY(make_caches(fresh, opt_));
+      if (layers != fresh.size())
+        return make_error(errc::invalid_argument, "saved from a model of ", layers, " layers, this model has ",
+                          fresh.size());
+      const std::uint64_t mine = fingerprint(fresh);
+      if (fp != mine)
+        return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
+                          ", this model's ", mine, ")");
+      const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
+      const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
+      if (sum != computed)
+        return make_error(errc::format_error, "corrupted: the checksum is ", sum, ", the data's is ", computed);
+      if (position > opt_.max_tokens)
+        return make_error(errc::out_of_range, "it holds ", position, " positions, this session's limit is ",
+                          opt_.max_tokens);
+      for (std::size_t i = 0; i < fresh.size(); ++i) {
+        std::string_view k;
+        SLM_TRY(r.kind(k, "layer kind"));
+        const std::string_view want = fresh[i].kind();
+        if (k != want) {
+          const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
+          return make_error(errc::format_error, "layer ", i, " holds a '", printable ? k : std::string_view("?"),
+                            "' record, this model's layer ", i, " is '", want, "'");
+        }
+        if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
+        if (m_->layers_[i].has_mixer && fresh[i].size() != position)
+          return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
+                            " positions, the header says ", position);
+      }
+      if (r.remaining() != 0)
+        return make_error(errc::format_error, r.remaining(), " bytes after the last layer record");
+      caches_ = std::move(fresh);
+      pos_ = position;
       return {};
     }
 
