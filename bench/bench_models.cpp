@@ -10,8 +10,8 @@
 //    golden's config.json with hidden / intermediate / layers / vocab / experts scaled
 //    up so the bf16 weights are 300-400 MB, random bf16 weights written with the
 //    safetensors writer, then converted to NVFP4 with convert_checkpoint (the path of
-//    `slm quantize`), run with exact f32 activations and with the opt-in bf16
-//    activations of NVFP4 products. Their decode streams from DRAM, so the ratio is
+//    `slm quantize`), run with bf16 activations of NVFP4 products (the default) and
+//    with exact f32 activations. Their decode streams from DRAM, so the ratio is
 //    the fraction of the machine's read bandwidth a decode step reaches. For MoE models the line also
 //    gives the bytes of all weights and of the weights a step would read if it touched
 //    only its k routed experts: measured bytes/token equal the latter.
@@ -371,10 +371,10 @@ int main(int argc, char** argv) {
       const char* label;
       slm::activation_precision act;
     };
-    // NVFP4 twice: exact f32 activations (the default) and the opt-in bf16 activations.
+    // NVFP4 twice: bf16 activations (compute_context's default) and exact f32 ones.
     for (const variant& v : {variant{&bf16_dir, "bf16", slm::activation_precision::f32},
-                             variant{&fp4_dir, "nvfp4", slm::activation_precision::f32},
-                             variant{&fp4_dir, "nvfp4+bf16act", slm::activation_precision::bf16}}) {
+                             variant{&fp4_dir, "nvfp4+f32act", slm::activation_precision::f32},
+                             variant{&fp4_dir, "nvfp4", slm::activation_precision::bf16}}) {
       const char* format = v.label;
       auto m = slm::model::load(*v.dir);
       if (!m.ok()) { rc = fail(m.error()); break; }

@@ -191,7 +191,7 @@ slm::result<std::size_t> parse_count(const args& a, std::string_view key, std::s
 // --act f32|bf16|int8 (the activations of NVFP4/MXFP4 products, per forward call).
 struct run_options {
   slm::session_options session;
-  slm::activation_precision act = slm::activation_precision::f32;
+  slm::activation_precision act = slm::activation_precision::bf16;  // compute_context's default
 };
 slm::result<run_options> parse_run_options(const args& a) {
   run_options r;
@@ -455,8 +455,8 @@ void print_help() {
       "  --kv K             KV cache element type: f32 (default) or bf16\n"
       "  --mla M            MLA form: auto (default: expanded for prompts, absorbed for decode),\n"
       "                     expanded or absorbed\n"
-      "  --act A            activations of NVFP4/MXFP4 products: f32 (default, exact), bf16 or\n"
-      "                     int8 (faster, approximate); dense weights always use f32\n"
+      "  --act A            activations of NVFP4/MXFP4 products: bf16 (default, W4A16), f32\n"
+      "                     (exact, slower) or int8 (W4A8); dense weights always use f32\n"
       "  --threads N        worker threads (default: all)\n"
       "\nrun options:\n"
       "  --model DIR        as for logits\n"
@@ -493,6 +493,7 @@ int main(int argc, char** argv) {
   args a;
   for (int i = 2; i < argc; ++i) {
     std::string_view s = argv[i];
+    if (s == "--help" || s == "-h") return print_help(), 0;  // `slm run --help` as well as `slm --help`
     if ((s.size() > 2 && s.substr(0, 2) == "--") || s == "-n") {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick";

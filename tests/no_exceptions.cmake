@@ -16,5 +16,7 @@ endfunction()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BUILD_DIR} -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX}
     -DCMAKE_BUILD_TYPE=Release -DSLM_NO_EXCEPTIONS=ON -DSLM_BUILD_EXAMPLES=ON -DSLM_BUILD_BENCH=OFF
     -DSLM_INSTALL=OFF -DSLM_USE_OPENMP=ON -DSLM_GOLDEN_DIR=${GOLDEN_DIR})
-run(${CMAKE_COMMAND} --build ${BUILD_DIR})
-run(${CMAKE_CTEST_COMMAND} --test-dir ${BUILD_DIR} --output-on-failure -L "unit|cli|fuzz")
+# As many jobs as the machine has cores: this build is most of the test command's time.
+cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
+run(${CMAKE_COMMAND} --build ${BUILD_DIR} --parallel ${_cores})
+run(${CMAKE_CTEST_COMMAND} --test-dir ${BUILD_DIR} --output-on-failure -j ${_cores} -L "unit|cli|fuzz")

@@ -126,7 +126,10 @@ TEST_P(CliLogits, MatchesGolden) {
   ASSERT_EQ(t->type, slm::dtype::f32);
   ASSERT_EQ(t->shape.to_string(), "[" + std::to_string(g.T) + ", " + std::to_string(g.V) + "]");
   const std::vector<float> got = floats_of(*f, "logits");
-  const std::vector<float>& ref = incremental ? g.incremental : g.full;
+  // nemotron_h: transformers' own cached path is off by ~0.1 (golden README), so both of
+  // our modes are held to its full forward.
+  const bool oracle_cache_off = std::string(c.arch) == "nemotron_h";
+  const std::vector<float>& ref = incremental && !oracle_cache_off ? g.incremental : g.full;
   double max_err = 0, max_ref = 0;
   std::size_t argmax_mismatches = 0;
   for (std::size_t r2 = 0; r2 < g.T; ++r2) {
@@ -147,7 +150,11 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliLogits,
                                            logits_case{"qwen3_moe", "full"}, logits_case{"qwen3_moe", "incremental"},
                                            logits_case{"deepseek_v3", "incremental"},
                                            logits_case{"deepseek_v32", "full"},
-                                           logits_case{"deepseek_v32", "incremental"}),
+                                           logits_case{"deepseek_v32", "incremental"},
+                                           logits_case{"mamba2", "full"}, logits_case{"mamba2", "incremental"},
+                                           logits_case{"nemotron_h", "full"}, logits_case{"nemotron_h", "incremental"},
+                                           logits_case{"granitemoehybrid", "full"},
+                                           logits_case{"granitemoehybrid", "incremental"}),
                          [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.mode; });
 
 class CliRun : public ::testing::TestWithParam<const char*> {};
@@ -163,7 +170,7 @@ TEST_P(CliRun, GreedyMatchesGolden) {
   EXPECT_EQ(r.out, join(g.greedy, g.greedy.size()) + "\n");
 }
 
-INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v32"),
+INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v32", "nemotron_h"),
                          [](const auto& info) { return std::string(info.param); });
 
 // The session options reach the model: a bf16 KV cache and MLA's absorbed form still
@@ -177,6 +184,17 @@ TEST(CliRunOptions, KvBf16AndMlaAbsorbed) {
                                                " --kv bf16 --mla absorbed --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, join(g.greedy, g.greedy.size()) + "\n");
+}
+
+// `slm COMMAND --help` prints the help (stdout, exit 0) instead of asking --help for a value.
+TEST(CliHelp, AfterACommand) {
+  slm_test::temp_dir tmp("out");
+  for (const char* args : {"--help", "run --help", "logits --model x -h"}) {
+    const cli_result r = run_cli(tmp.path(), args);
+    EXPECT_EQ(r.exit_code, 0) << args << ": " << r.err;
+    EXPECT_NE(r.out.find("usage: slm COMMAND"), std::string::npos) << args;
+    EXPECT_TRUE(r.err.empty()) << args << ": " << r.err;
+  }
 }
 
 struct usage_case {

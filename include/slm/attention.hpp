@@ -21,8 +21,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <type_traits>
 
 #include "slm/buffer.hpp"
@@ -33,6 +35,7 @@
 #include "slm/norm.hpp"
 #include "slm/numeric.hpp"
 #include "slm/parallel.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/rope.hpp"
 #include "slm/status.hpp"
 
@@ -69,6 +72,49 @@ class kv_rows {
   const std::uint16_t* bf16_data() const noexcept { return reinterpret_cast<const std::uint16_t*>(buf_.data()); }
   std::uint16_t* bf16_data() noexcept { return reinterpret_cast<std::uint16_t*>(buf_.data()); }
   std::uint64_t bytes() const noexcept { return buf_.size() * sizeof(float); }
+  std::size_t element_bytes() const noexcept { return type == kv_dtype::f32 ? sizeof(float) : sizeof(std::uint16_t); }
+
+  // Session state (model.hpp): the first `rows` rows of another kv_rows of the same type
+  // and width.
+  status copy_from(const kv_rows& o, std::size_t rows) {
+    if (o.type != type || o.width != width)
+      return make_error(errc::invalid_argument, "KV rows of width ", o.width, " (", o.type == kv_dtype::f32 ? "f32" : "bf16",
+                        ") copied into rows of width ", width, " (", type == kv_dtype::f32 ? "f32" : "bf16", ")");
+    if (rows > o.capacity()) return make_error(errc::out_of_range, "copy of ", rows, " KV rows from ", o.capacity());
+    if (capacity() < rows) SLM_TRY(reserve(rows));
+    if (rows != 0 && width != 0) std::memcpy(buf_.data(), o.buf_.data(), rows * width * element_bytes());
+    return {};
+  }
+  // A rows block: u8 dtype, 7 zero bytes, u64 width, u64 rows, rows x width values
+  // (f32 or bf16 bits, little-endian).
+  status save(state_writer& w, std::size_t rows) const {
+    if (rows > capacity() && width) return make_error(errc::out_of_range, "save of ", rows, " KV rows from ", capacity());
+    SLM_TRY(w.u8(static_cast<std::uint8_t>(type)));
+    SLM_TRY(w.bytes("\0\0\0\0\0\0\0", 7));
+    SLM_TRY(w.u64(width));
+    SLM_TRY(w.u64(rows));
+    return type == kv_dtype::f32 ? w.f32(f32_data(), rows * width) : w.u16(bf16_data(), rows * width);
+  }
+  // Reads a rows block of exactly `rows` rows of this type and width.
+  status load(state_reader& r, std::size_t rows, std::string_view what) {
+    std::uint8_t t = 0;
+    SLM_TRY(r.u8(t, what));
+    if (t != static_cast<std::uint8_t>(type))
+      return make_error(errc::format_error, "", what, " are ",
+                        t == 0 ? "f32" : (t == 1 ? "bf16" : "of an unknown type"), ", this cache stores ",
+                        type == kv_dtype::f32 ? "f32" : "bf16");
+    SLM_TRY(r.zeros(7, what));
+    std::size_t wd = 0, n = 0;
+    SLM_TRY(r.size(wd, what));
+    SLM_TRY(r.size(n, what));
+    if (wd != width)
+      return make_error(errc::format_error, "", what, " are ", wd, " wide, this cache's are ", width);
+    if (n != rows)
+      return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
+    if (width) SLM_TRY(r.need_items(rows, width * element_bytes(), what));
+    if (capacity() < rows) SLM_TRY(reserve(rows));
+    return type == kv_dtype::f32 ? r.f32(buf_.data(), rows * width, what) : r.u16(bf16_data(), rows * width, what);
+  }
 
  private:
   floats buf_;
@@ -126,7 +172,7 @@ inline void axpy(float* acc, float e, const E* v, std::size_t n) noexcept {
 }
 
 #ifdef SLM_X86
-#define SLM_ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma")))
+#define SLM_ATTN_AVX512 SLM_MM_AVX512  // the matmul kernels' feature set, so their helpers inline here
 // The fast path: 16-lane FMAs (two accumulators), masked tails; bf16 widened by a shift.
 template <class E>
 SLM_ATTN_AVX512 inline __m512 load16(const E* p, __mmask16 m) noexcept {
@@ -134,7 +180,8 @@ SLM_ATTN_AVX512 inline __m512 load16(const E* p, __mmask16 m) noexcept {
     return _mm512_maskz_loadu_ps(m, p);
   } else {
     const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    // The maskz forms: gcc 12 warns (falsely) about the unmasked forms' undefined source.
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(m, _mm512_maskz_cvtepu16_epi32(m, h), 16));
   }
 }
 template <class E>
@@ -149,7 +196,7 @@ SLM_ATTN_AVX512 inline float dot_512(const float* q, const E* k, std::size_t n) 
     const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
     a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k + i, m), a0);
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+  return detail::mm::hsum_512(_mm512_add_ps(a0, a1));  // fixed order; no GCC 105593 warning
 }
 template <class E>
 SLM_ATTN_AVX512 inline void axpy_512(float* acc, float e, const E* v, std::size_t n) noexcept {
@@ -265,6 +312,36 @@ struct basic_gqa_attention {
     std::size_t n = 0;
     std::size_t size() const noexcept { return n; }
     void truncate(std::size_t len) noexcept { n = std::min(n, len); }
+    // Session state (model.hpp): any truncation is exact.
+    bool can_truncate(std::size_t) const noexcept { return true; }
+    std::size_t rollback_limit() const noexcept { return n; }
+    std::string_view kind() const noexcept { return "gqa"; }
+    void fingerprint(state_hasher& h) const {
+      h.add(static_cast<std::uint64_t>(k.type));
+      h.add(k.width);
+      h.add(v.width);
+    }
+    // Into a cache initialized for the same layer and KV dtype: the rows in use only.
+    status copy_from(const cache& src) {
+      SLM_TRY(k.copy_from(src.k, src.n));
+      SLM_TRY(v.copy_from(src.v, src.n));
+      n = src.n;
+      return {};
+    }
+    // u64 n, keys (rows block), values (rows block).
+    status save(state_writer& w) const {
+      SLM_TRY(w.u64(n));
+      SLM_TRY(k.save(w, n));
+      return v.save(w, n);
+    }
+    status load(state_reader& r) {
+      std::size_t rows = 0;
+      SLM_TRY(r.size(rows, "cached positions"));
+      SLM_TRY(k.load(r, rows, "keys"));
+      SLM_TRY(v.load(r, rows, "values"));
+      n = rows;
+      return {};
+    }
   };
 
   static result<basic_gqa_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,

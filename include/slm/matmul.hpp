@@ -24,6 +24,10 @@
 //   nvfp4      reference   GEMV fused (pshufb), GEMM panel   GEMV fused (vpermps), GEMM panel
 //   mxfp4      reference   as nvfp4, one E8M0 scale/32       as nvfp4, one E8M0 scale/32
 //
+//   On AArch64 the families are scalar and neon (ARMv8.0-A Advanced SIMD, matmul_neon.hpp):
+//   GEMV fused for every format (fp8 included: E4M3 rebuilt as f16 bits and widened by
+//   FCVTL; fp4 looked up as bf16 byte pairs with TBL), GEMM panel (16 rows x 4 tokens).
+//
 //   reference  detail::mm::reference(): one row at a time, k = 0..K-1 in order, each
 //              weight dequantized as above; obviously correct, slow. isa::scalar runs it.
 //   GEMV fused decode codes in registers and multiply-accumulate against x in f32; the
@@ -47,10 +51,10 @@
 // that depends only on (format, isa, n_tok path, K): results are bit-identical for any
 // thread count (tested). Different isa values differ only in summation order.
 //
-// Reduced-precision activations, opt-in per call, never the default (activation_precision
-// below): W4A8 (int8 activations, AVX-512 VNNI, nvfp4 / mxfp4) in matmul_w4a8.hpp, bf16
+// Reduced-precision activations, opt-in per call here (activation_precision below; the
+// model layers default to bf16 for NVFP4/MXFP4 weights, see compute_context): W4A8 (int8 activations, AVX-512 VNNI, nvfp4 / mxfp4) in matmul_w4a8.hpp, bf16
 // activations (AVX-512 BF16 vdpbf16ps, nvfp4 / mxfp4 / bf16) in matmul_bf16.hpp; both
-// are included at the end of this file.
+// are included at the end of this file, as is matmul_neon.hpp on AArch64.
 #pragma once
 
 #include <algorithm>
@@ -819,8 +823,18 @@ template <bool NV> struct fp4_256 { template <int R> struct k { static void run(
 template <weight_format F> struct f_256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_f_256<R, F>(w, r, x, xp, y); } }; };
 #endif
 
+#ifdef SLM_NEON
+// Defined in matmul_neon.hpp (included at the end of this file).
+inline gemv_kernels find_gemv_neon(weight_format f) noexcept;
+inline void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                           std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept;
+#endif
+
 // The fused GEMV kernels for (format, isa); all null when there are none.
 inline gemv_kernels find_gemv(weight_format f, isa which) noexcept {
+#ifdef SLM_NEON
+  if (which == isa::neon) return find_gemv_neon(f);
+#endif
 #ifdef SLM_X86
   if (which == isa::avx512) {
     switch (f) {
@@ -842,7 +856,7 @@ inline gemv_kernels find_gemv(weight_format f, isa which) noexcept {
       default: return {};
     }
   }
-#else
+#elif !defined(SLM_NEON)
   (void)f;
   (void)which;
 #endif
@@ -951,9 +965,9 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
     return ok_status();
   }
 
-#ifdef SLM_X86
-  // Panel GEMM: scratch per chunk = panel (64 x KC, AVX-512; 16 x KC, AVX2) + one
-  // decoded row (KC).
+#if defined(SLM_X86) || defined(SLM_NEON)
+  // Panel GEMM: scratch per chunk = panel (64 x KC, AVX-512; 16 x KC, AVX2 and NEON) +
+  // one decoded row (KC).
   const std::size_t per_chunk = 64 * mm::gemm_kc + mm::gemm_kc;
   auto scratch = aligned_buffer::allocate(part.count * per_chunk * sizeof(float));
   if (!scratch.ok()) return std::move(scratch).take_error().with_context("matmul");
@@ -962,8 +976,12 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
     const index_range r = rows_of(c);
     float* panel = base + c * per_chunk;
     float* tmp = panel + 64 * mm::gemm_kc;
+#ifdef SLM_X86
     if (chosen == isa::avx512) mm::gemm_rows_512(w, x, n_tok, ldx, y, ldy, r.begin, r.end, panel, tmp);
     else mm::gemm_rows_256(w, x, n_tok, ldx, y, ldy, r.begin, r.end, panel, tmp);
+#else
+    mm::gemm_rows_neon(w, x, n_tok, ldx, y, ldy, r.begin, r.end, panel, tmp);
+#endif
   });
 #else
   return parallel_for_chunks(ex, part.count, [&](std::size_t c) {
@@ -1014,3 +1032,6 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
 // The opt-in reduced-precision paths build on the helpers above.
 #include "slm/matmul_w4a8.hpp"  // IWYU pragma: export
 #include "slm/matmul_bf16.hpp"  // IWYU pragma: export
+#ifdef SLM_NEON
+#include "slm/matmul_neon.hpp"  // IWYU pragma: export
+#endif

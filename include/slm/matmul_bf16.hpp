@@ -4,9 +4,10 @@
 //   status matmul(w, x, n_tok, ldx, y, ldy, ex, which, activation_precision::bf16);
 //   status matmul_bf16_activations(w, x, n_tok, ldx, y, ldy, ex, which = isa::best);
 //
-// Never the default: the plain matmul() (matmul.hpp) keeps f32 activations; this path
-// runs only when a caller asks for it per call. It is "W4A16" as GPU inference stacks
-// use the word (4-bit weights, 16-bit activations). nvfp4, mxfp4 and bf16 weights have
+// The kernel API stays exact: the plain matmul() (matmul.hpp) keeps f32 activations and
+// this path runs when a caller asks for it. The model layers ask for it by default for
+// NVFP4/MXFP4 weights (compute_context::quantized_activations, linear.hpp). It is "W4A16"
+// as GPU inference stacks use the word (4-bit weights, 16-bit activations). nvfp4, mxfp4 and bf16 weights have
 // kernels; other formats ignore the request and run matmul() (exact f32 math).
 //
 // Definition: y = W · bf16(x), where

@@ -29,7 +29,8 @@ from safetensors.torch import save_file
 out = sys.argv[1]
 T, P, GREEDY, SEED = 48, 20, 12, 20261121
 
-common = dict(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=3, num_attention_heads=8,
+# Small on purpose: tests/data must stay under 20 MB with every golden in it.
+common = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2, max_position_embeddings=1024, rms_norm_eps=1e-6, bos_token_id=1, eos_token_id=2)
 cases = {
     "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM,
@@ -37,7 +38,7 @@ cases = {
     "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM,
                 dict(common, head_dim=16, rope_theta=10000.0, sliding_window=16, tie_word_embeddings=False)),
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
-                dict(common, intermediate_size=96, num_local_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
+                dict(common, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
                      sliding_window=None, tie_word_embeddings=False)),
 }
 
