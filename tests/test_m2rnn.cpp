@@ -582,6 +582,45 @@ TEST(m2rnn, CacheUndo) {
   EXPECT_EQ(ye, y);
 }
 
+// With a rollback history (session_options::rollback_tokens = 4) the cache rewinds to
+// any of the last four positions and continues bit for bit as if never advanced; the
+// state round-trips through save/load.
+TEST(m2rnn, CacheRollbackAndSaveLoad) {
+  layer_fixture f = make_layer(small_config(), "rollback");
+  ASSERT_TRUE(f.layer);
+  const std::size_t d = f.cfg.d_model, P = 9;
+  slm::workspace ws;
+  slm::compute_context cx{slm_test::the_pools().p2};
+  struct options { std::size_t rollback_tokens = 4; };
+  m2rnn_mixer::cache c, fresh;
+  ASSERT_TRUE(f.layer->init_cache(c, options{}).ok());
+  ASSERT_TRUE(f.layer->init_cache(fresh, options{}).ok());
+  std::vector<float> y(P * d), ya(4 * d), yb(2 * d), yc(2 * d);
+  ASSERT_TRUE(f.layer->forward(f.u.data(), P, y.data(), c, ws, cx).ok());
+  ASSERT_TRUE(f.layer->forward(f.u.data() + P * d, 4, ya.data(), c, ws, cx).ok());
+  EXPECT_TRUE(c.can_truncate(P + 1));
+  c.truncate(P + 1);
+  EXPECT_EQ(c.size(), P + 1);
+  ASSERT_TRUE(f.layer->forward(f.u.data() + (P + 1) * d, 2, yb.data(), c, ws, cx).ok());
+  EXPECT_EQ(0, std::memcmp(yb.data(), ya.data() + d, 2 * d * sizeof(float)));
+  // Save, load into a fresh cache, continue both: the same bits.
+  std::vector<std::byte> blob;
+  slm::state_writer w(
+      [](void* ctx, std::span<const std::byte> b) -> slm::status {
+        auto* v = static_cast<std::vector<std::byte>*>(ctx);
+        v->insert(v->end(), b.begin(), b.end());
+        return {};
+      },
+      &blob, true);
+  ASSERT_TRUE(c.save(w).ok());
+  slm::state_reader r(blob);
+  ASSERT_TRUE(fresh.load(r).ok());
+  EXPECT_EQ(fresh.size(), c.size());
+  ASSERT_TRUE(f.layer->forward(f.u.data(), 2, yb.data(), c, ws, cx).ok());
+  ASSERT_TRUE(f.layer->forward(f.u.data(), 2, yc.data(), fresh, ws, cx).ok());
+  EXPECT_EQ(yb, yc);
+}
+
 TEST(m2rnn, ConfigAndLoadErrors) {
   // Configuration.
   slm::m2rnn_config c = small_config();

@@ -74,6 +74,7 @@
 #include "slm/linear.hpp"
 #include "slm/norm.hpp"
 #include "slm/parallel.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
@@ -308,6 +309,13 @@ struct m2rnn_state {
     n = o.n;
     return {};
   }
+  // Session state serialization (recurrent_cache.hpp): the kind tag and the buffers.
+  static constexpr std::string_view kind = "m2rnn";
+  template <class Self, class Fn>
+  static void for_each_buffer(Self& s, Fn&& fn) {
+    fn(s.conv);
+    fn(s.M);
+  }
 };
 
 class m2rnn_mixer {
@@ -383,43 +391,23 @@ class m2rnn_mixer {
                            compute_context& cx) const;
 
   // The decoder's per-layer cache: two states, one level of undo (as mamba2_mixer's).
-  struct cache {
-    m2rnn_state st[2];
-    unsigned cur = 0;
-    bool can_undo = false, broken = false;
-
-    std::size_t size() const noexcept { return st[cur].n; }
-    const m2rnn_state& state() const noexcept { return st[cur]; }
-    void truncate(std::size_t len) noexcept {
-      if (len >= size()) return;
-      if (len == 0) {
-        st[cur].n = 0;
-        can_undo = broken = false;
-      } else if (can_undo && st[cur ^ 1u].n == len) {
-        cur ^= 1u;
-        can_undo = false;
-      } else {
-        broken = true;  // a recurrent state cannot be rewound to an arbitrary position
-      }
-    }
-  };
+  // The decoder's per-layer cache: the current state, the undo of the last call and the
+  // last session_options::rollback_tokens states (recurrent_cache.hpp).
+  using cache = recurrent_cache<m2rnn_state>;
   template <class Options>
-  status init_cache(cache& c, const Options&) const {
-    SLM_TRY(init_state(c.st[0]));
-    SLM_TRY(init_state(c.st[1]));
-    c.cur = 0;
-    c.can_undo = c.broken = false;
-    return {};
+  status init_cache(cache& c, const Options& o) const {
+    return c.init(rollback_tokens_of(o), [this](m2rnn_state& s) { return init_state(s); });
   }
-  // x [T, d_model] -> out [T, d_model] (chunked; one token is the step).
+  // x [T, d_model] -> out [T, d_model] (chunked; one token is the step). With a rollback
+  // history, the last recorded tokens run one at a time (same result: the scan is
+  // token by token whatever the chunk).
   status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
-    if (c.broken)
-      return make_error(errc::unsupported, "m2rnn: the state was truncated to a position it cannot be rewound to");
-    m2rnn_state& next = c.st[c.cur ^ 1u];
-    SLM_TRY(run(x, T, out, c.st[c.cur], next, T == 1 ? 1 : cfg.chunk_size, ws, cx));
-    c.cur ^= 1u;
-    c.can_undo = true;
-    return {};
+    const std::size_t d = cfg.d_model;
+    status s = c.forward(T, [&](const m2rnn_state& in, m2rnn_state& next, std::size_t first, std::size_t count) {
+      return run(x + first * d, count, out + first * d, in, next, count == 1 ? 1 : cfg.chunk_size, ws, cx);
+    });
+    if (!s.ok()) return std::move(s).with_context("m2rnn");
+    return s;
   }
 
   // fn(name, linear, projection): every weight this layer multiplies by.
