@@ -12,9 +12,9 @@
 //    ssm is compared after transposing mamba3_state's [H, N, P] to the goldens' (H, P, N));
 //  * chunk sizes 1 .. T against the reference, from a fresh and a non-zero state; results
 //    identical for 1, 2 and 3 threads; prefill == token-by-token decode;
-//  * snapshot / restore, the cache's one-level undo, config and weight-shape errors, and the
-//    softplus A activation (older checkpoints) against a double-precision transcription of
-//    the spec that first reproduces every golden.
+//  * snapshot / restore, the decoder cache's undo, rollback history and save / load, config
+//    and weight-shape errors, and the softplus A activation (older checkpoints) against a
+//    double-precision transcription of the spec that first reproduces every golden.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -440,6 +440,71 @@ TEST_P(Mamba3Golden, CacheUndo) {
   std::vector<float> yd(P * d);
   ASSERT_TRUE(g.layer->forward(u.data(), P, yd.data(), c, ws, cx).ok());
   EXPECT_TRUE(std::equal(yd.begin(), yd.end(), y.begin()));
+}
+
+// With session_options::rollback_tokens = 3 the cache drops up to 3 tokens exactly, and
+// its states survive a save / load round trip bit for bit.
+TEST_P(Mamba3Golden, CacheRollbackAndSaveLoad) {
+  golden_case g = load_case(GetParam());
+  ASSERT_TRUE(g.layer);
+  const std::size_t d = g.d(), P = g.prefill, T = g.T;
+  ASSERT_GE(T, P + 6);
+  const auto u = g.tensor("io.u");
+  slm::workspace ws;
+  slm::compute_context cx{slm_test::the_pools().p2};
+  struct rollback_options {
+    std::size_t rollback_tokens = 3;
+  };
+  mamba3_mixer::cache c;
+  ASSERT_TRUE(g.layer->init_cache(c, rollback_options{}).ok());
+  std::vector<float> y(T * d), yc(2 * d), yr(2 * d);
+  ASSERT_TRUE(g.layer->forward(u.data(), P, y.data(), c, ws, cx).ok());
+  ASSERT_TRUE(g.layer->forward(u.data() + P * d, 4, y.data(), c, ws, cx).ok());
+  EXPECT_EQ(c.size(), P + 4);
+  for (std::size_t back = 1; back <= 3; ++back) EXPECT_TRUE(c.can_truncate(P + 4 - back)) << back;
+  EXPECT_TRUE(c.can_truncate(P));  // where the last call began (its undo)
+  if (P > 1) {
+    EXPECT_FALSE(c.can_truncate(P - 1));
+  }
+  c.truncate(P + 1);
+  EXPECT_EQ(c.size(), P + 1);
+  ASSERT_TRUE(g.layer->forward(u.data() + (P + 1) * d, 2, yc.data(), c, ws, cx).ok());
+  // The same tokens through the plain state API.
+  mamba3_state st;
+  ASSERT_TRUE(g.layer->init_state(st).ok());
+  ASSERT_TRUE(g.layer->forward(u.data(), P + 1, y.data(), st, ws, cx).ok());
+  ASSERT_TRUE(g.layer->forward(u.data() + (P + 1) * d, 2, yr.data(), st, ws, cx).ok());
+  EXPECT_LE(rel_err(yc.data(), yr.data(), 2 * d), 1e-5);
+  EXPECT_LE(rel_err(c.state().ssm.data(), st.ssm.data(), st.ssm.size()), 1e-5);
+  // Save, load into a fresh cache: the same states, the same next output.
+  std::vector<std::byte> blob;
+  slm::state_writer w(
+      [](void* ctx, std::span<const std::byte> b) -> slm::status {
+        auto* v = static_cast<std::vector<std::byte>*>(ctx);
+        v->insert(v->end(), b.begin(), b.end());
+        return {};
+      },
+      &blob, false);
+  ASSERT_TRUE(c.save(w).ok());
+  EXPECT_EQ(c.kind(), "mamba3");
+  mamba3_mixer::cache c2;
+  ASSERT_TRUE(g.layer->init_cache(c2, rollback_options{}).ok());
+  slm::state_reader r(blob);
+  const slm::status ls = c2.load(r);
+  ASSERT_TRUE(ls.ok()) << ls.message();
+  EXPECT_EQ(c2.size(), c.size());
+  std::vector<const slm::floats*> a, b;
+  mamba3_state::for_each_buffer(c.state(), [&](const slm::floats& f) { a.push_back(&f); });
+  mamba3_state::for_each_buffer(c2.state(), [&](const slm::floats& f) { b.push_back(&f); });
+  ASSERT_EQ(a.size(), 4u);
+  ASSERT_EQ(b.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    ASSERT_EQ(a[i]->size(), b[i]->size());
+    EXPECT_TRUE(std::equal(a[i]->data(), a[i]->data() + a[i]->size(), b[i]->data())) << "buffer " << i;
+  }
+  ASSERT_TRUE(g.layer->forward(u.data() + (P + 3) * d, 1, yc.data(), c, ws, cx).ok());
+  ASSERT_TRUE(g.layer->forward(u.data() + (P + 3) * d, 1, yr.data(), c2, ws, cx).ok());
+  EXPECT_TRUE(std::equal(yc.begin(), yc.begin() + static_cast<std::ptrdiff_t>(d), yr.begin()));
 }
 
 // ctest -R Mamba3 selects these and the tests below.

@@ -58,10 +58,12 @@
 // untouched; the SSM update itself cannot fail or be cancelled halfway; an error from
 // out_proj leaves the state advanced (the decoder cache below can undo it).
 //
-// For the decoder, `cache` holds two states and flips between them, as mamba2_mixer's does
-// (mamba3_state also has the kind / for_each_buffer members a serializable recurrent cache
-// asks for). Wiring into model_config / model.hpp is not done here: accepts() /
-// load(model_config) come with the NAM56R config.
+// For the decoder, `cache` is a recurrent_cache<mamba3_state> (recurrent_cache.hpp), as
+// mamba2_mixer's: the current state, the undo of the last call, and with
+// session_options::rollback_tokens = R > 0 the states after each of the last R tokens;
+// mamba3_state has the kind / for_each_buffer members session save / load use. Wiring
+// into model_config / model.hpp is not done here: accepts() / load(model_config) come
+// with the NAM56R config.
 #pragma once
 
 #include <algorithm>
@@ -78,6 +80,7 @@
 #include "slm/checkpoint.hpp"
 #include "slm/linear.hpp"
 #include "slm/parallel.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
@@ -362,44 +365,23 @@ class mamba3_mixer {
     return run(x, T, y, st, st, 0, ws, cx);
   }
 
-  // The decoder's per-layer cache: two states, one level of undo.
-  struct cache {
-    mamba3_state st[2];
-    unsigned cur = 0;
-    bool can_undo = false, broken = false;
-
-    std::size_t size() const noexcept { return st[cur].n; }
-    const mamba3_state& state() const noexcept { return st[cur]; }
-    void truncate(std::size_t len) noexcept {
-      if (len >= size()) return;
-      if (len == 0) {
-        st[cur].n = 0;
-        can_undo = broken = false;
-      } else if (can_undo && st[cur ^ 1u].n == len) {
-        cur ^= 1u;
-        can_undo = false;
-      } else {
-        broken = true;  // a recurrent state cannot be rewound to an arbitrary position
-      }
-    }
-  };
+  // The decoder's per-layer cache: the current state, the undo of the last call and the
+  // last session_options::rollback_tokens states (recurrent_cache.hpp).
+  using cache = recurrent_cache<mamba3_state>;
   template <class Options>
-  status init_cache(cache& c, const Options&) const {
-    SLM_TRY(init_state(c.st[0]));
-    SLM_TRY(init_state(c.st[1]));
-    c.cur = 0;
-    c.can_undo = c.broken = false;
-    return {};
+  status init_cache(cache& c, const Options& o) const {
+    return c.init(rollback_tokens_of(o), [this](mamba3_state& s) { return init_state(s); });
   }
-  // x [T, d_model] -> out [T, d_model] (chunked; one token takes the step path).
+  // x [T, d_model] -> out [T, d_model] (chunked; one token takes the step path). With a
+  // rollback history, the last recorded tokens run one at a time.
   status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
-    if (c.broken)
-      return make_error(errc::unsupported, "mamba3: the state was truncated to a position it cannot be rewound to");
-    mamba3_state& next = c.st[c.cur ^ 1u];
-    SLM_TRY(run(x, T, out, c.st[c.cur], next, T == 1 ? 0 : cfg.chunk(), ws, cx));
-    c.cur ^= 1u;
-    c.can_undo = true;
-    return {};
+    if (T == 0) return {};
+    const std::size_t d = cfg.d_model;
+    status s = c.forward(T, [&](const mamba3_state& in, mamba3_state& next, std::size_t first, std::size_t count) {
+      return run(x + first * d, count, out + first * d, in, next, count == 1 ? 0 : cfg.chunk(), ws, cx);
+    });
+    if (!s.ok()) return std::move(s).with_context("mamba3");
+    return s;
   }
 
   // fn(name, linear, projection): every weight this layer multiplies by.
