@@ -9,14 +9,15 @@
 //  * decode step: time per token, the bytes a step must read (weights as counted by
 //    compute_context::weight_bytes, plus the state), those bytes/s as a ratio to the
 //    read-bandwidth probe of the same run;
-//  * chunked prefill of 1K and 4K tokens: time, tokens/s, and the slope t(4K) / (4 t(1K))
-//    (1.0 = linear in the sequence length), with the share of the time spent in the
+//  * chunked prefill of 1K and 4K tokens (SLM_BENCH_PREFILL for others): time, tokens/s,
+//    and the slope t(T) / ((T / T0) t(T0)) against the shortest length T0 (1.0 = linear), with the share of the time spent in the
 //    in/out projections (timed alone on the same tokens) and their GFLOP/s as a ratio to
 //    the f32 FMA probe; for Mamba-3 MIMO also the prefill time per chunk size.
 //
 //   build/bin/bench_ssm
 //   env: SLM_BENCH_THREADS (default: all hardware threads), SLM_PROBE_MIB (default 1024),
-//        SLM_BENCH_STEPS (decode steps timed, default 64), SLM_BENCH_ONLY (mimo, siso or mamba2)
+//        SLM_BENCH_STEPS (decode steps timed, default 64), SLM_BENCH_ONLY (mimo, siso or mamba2),
+//        SLM_BENCH_PREFILL (prefill lengths, default 1024,4096)
 //
 // A plain program rather than Google Benchmark: each case needs a checkpoint built first.
 #include <unistd.h>
@@ -114,12 +115,32 @@ struct figures {
 };
 
 // Runs the step / prefill measurements on any mixer with the mamba2/mamba3 state API.
+// SLM_BENCH_PREFILL: comma-separated prefill lengths, ascending (default 1024,4096;
+// the full set is 1024,4096,16384,65536, minutes on two cores).
+std::vector<std::size_t> prefill_lengths() {
+  std::vector<std::size_t> out;
+  const char* v = std::getenv("SLM_BENCH_PREFILL");
+  std::string s = v && *v ? v : "1024,4096";
+  for (std::size_t p = 0; p < s.size();) {
+    std::size_t q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    const unsigned long long n = std::strtoull(s.substr(p, q - p).c_str(), nullptr, 10);
+    if (n > 0) out.push_back(static_cast<std::size_t>(n));
+    p = q + 1;
+  }
+  if (out.empty()) out = {1024, 4096};
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 template <class Mixer, class State>
 int bench_mixer(const char* label, const Mixer& m, std::size_t d_model, std::size_t dip, std::size_t d_inner,
                 std::size_t state_bytes, slm::executor_ref ex, const figures& fg0, bool sweep_chunks) {
   std::mt19937 rng(99);
   std::normal_distribution<float> N01(0.0f, 1.0f);
-  const std::size_t Tmax = 4096, steps = env_size("SLM_BENCH_STEPS", 64);
+  const std::vector<std::size_t> Ts = prefill_lengths();
+  const std::size_t Tmax = std::max<std::size_t>(4096, *std::max_element(Ts.begin(), Ts.end()));
+  const std::size_t steps = env_size("SLM_BENCH_STEPS", 64);
   std::vector<float> u(Tmax * d_model), y(Tmax * d_model);
   for (auto& v : u) v = N01(rng);
   slm::workspace ws;
@@ -168,10 +189,9 @@ int bench_mixer(const char* label, const Mixer& m, std::size_t d_model, std::siz
               bytes / med / 1e9, bytes / med / fg.probe_read, bytes / best / fg.probe_read, pmed * 1e3,
               100.0 * pmed / med, wbytes / pmed / fg.probe_read);
 
-  // Prefill 1K and 4K from a fresh state; projections alone on the same tokens.
-  double t_of[2] = {0, 0};
-  const std::size_t Ts[2] = {1024, 4096};
-  for (int i = 0; i < 2; ++i) {
+  // Prefill of each length from a fresh state; projections alone on the same tokens.
+  std::vector<double> t_of(Ts.size(), 0.0);
+  for (std::size_t i = 0; i < Ts.size(); ++i) {
     const std::size_t T = Ts[i];
     double tbest = 1e30, pbest = 1e30;
     for (int rep = 0; rep < 2; ++rep) {
@@ -193,7 +213,10 @@ int bench_mixer(const char* label, const Mixer& m, std::size_t d_model, std::siz
                 pbest * 1e3, 100.0 * pbest / tbest, flops / pbest / 1e9, flops / pbest / fg.probe_fma,
                 (tbest - pbest) * 1e3);
   }
-  std::printf("  prefill slope: t(4K) / (4 t(1K)) = %.2f (1.00 = linear)\n", t_of[1] / (4.0 * t_of[0]));
+  for (std::size_t i = 1; i < Ts.size(); ++i)  // time per token against the shortest run's
+    std::printf("  prefill slope: t(%zu) / (%.0f t(%zu)) = %.2f (1.00 = linear)\n", Ts[i],
+                static_cast<double>(Ts[i]) / static_cast<double>(Ts[0]), Ts[0],
+                t_of[i] / (static_cast<double>(Ts[i]) / static_cast<double>(Ts[0]) * t_of[0]));
   if constexpr (requires { m.forward_chunked(u.data(), 1, y.data(), st, 1, ws, cx); }) {
     if (sweep_chunks) {
       std::printf("  prefill 1K by chunk size:");
