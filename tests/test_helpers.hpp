@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +32,22 @@ template <class R>
     if (s.message().find(p) == std::string::npos)
       return ::testing::AssertionFailure() << "message lacks \"" << p << "\": " << s.message();
   return ::testing::AssertionSuccess();
+}
+
+// max |got - ref| / max |ref| over n values (max |got - ref| when ref is all zero): the
+// relative error the golden tests state their tolerances in.
+inline double rel_err(const float* got, const float* ref, std::size_t n) {
+  double e = 0, m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    e = std::max(e, static_cast<double>(std::fabs(got[i] - ref[i])));
+    m = std::max(m, static_cast<double>(std::fabs(ref[i])));
+  }
+  return m > 0 ? e / m : e;
+}
+inline double max_abs_diff(const float* a, const float* b, std::size_t n) {
+  double e = 0;
+  for (std::size_t i = 0; i < n; ++i) e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
+  return e;
 }
 
 inline std::vector<std::byte> bytes_of(std::string_view s) {

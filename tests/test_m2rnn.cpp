@@ -35,20 +35,8 @@ namespace {
 using slm::m2rnn_mixer;
 using slm::m2rnn_state;
 
-// max |got - ref| / max |ref|
-double rel_err(const float* got, const float* ref, std::size_t n) {
-  double e = 0, m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    e = std::max(e, static_cast<double>(std::fabs(got[i] - ref[i])));
-    m = std::max(m, static_cast<double>(std::fabs(ref[i])));
-  }
-  return m > 0 ? e / m : e;
-}
-double max_abs_diff(const float* a, const float* b, std::size_t n) {
-  double e = 0;
-  for (std::size_t i = 0; i < n; ++i) e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
-  return e;
-}
+using slm_test::rel_err;
+using slm_test::max_abs_diff;
 
 // ---------------------------------------------------------------------------------
 // The scan against the golden data.

@@ -32,14 +32,7 @@ namespace {
 using slm::mamba2_mixer;
 using slm::mamba2_state;
 
-double rel_err(const float* got, const float* ref, std::size_t n) {
-  double e = 0, m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    e = std::max(e, static_cast<double>(std::fabs(got[i] - ref[i])));
-    m = std::max(m, static_cast<double>(std::fabs(ref[i])));
-  }
-  return m > 0 ? e / m : e;
-}
+using slm_test::rel_err;
 
 struct golden_case {
   std::string name;

@@ -43,14 +43,7 @@ constexpr double kTol = 1e-4;        // outputs and states, relative to the larg
 constexpr double kAngleTol = 1e-4;   // angle states, radians mod 2 pi
 constexpr double kTwoPi = 6.283185307179586;
 
-double rel_err(const float* got, const float* ref, std::size_t n) {
-  double e = 0, m = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    e = std::max(e, static_cast<double>(std::fabs(got[i] - ref[i])));
-    m = std::max(m, static_cast<double>(std::fabs(ref[i])));
-  }
-  return m > 0 ? e / m : e;
-}
+using slm_test::rel_err;
 double angle_err(const float* got, const float* ref, std::size_t n) {
   double e = 0;
   for (std::size_t i = 0; i < n; ++i) {

@@ -69,11 +69,7 @@ constexpr std::size_t kP = 9;  // prefill
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
-double max_abs_diff(const float* a, const float* b, std::size_t n) {
-  double e = 0;
-  for (std::size_t i = 0; i < n; ++i) e = std::max(e, static_cast<double>(std::fabs(a[i] - b[i])));
-  return e;
-}
+using slm_test::max_abs_diff;
 double max_abs(const float* a, std::size_t n) {
   double m = 0;
   for (std::size_t i = 0; i < n; ++i) m = std::max(m, static_cast<double>(std::fabs(a[i])));
