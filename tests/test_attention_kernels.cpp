@@ -4,6 +4,7 @@
 // of the magnitudes involved.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -30,7 +31,7 @@ TEST(AttentionKernels, SimdMatchesScalarReferenceAcrossSizesAndAlignments) {
         k.width = v.width = Hkv * d;
         k2.width = d2;
         ASSERT_TRUE(k.reserve(n).ok() && v.reserve(n).ok() && k2.reserve(n).ok());
-        std::vector<float> row(Hkv * d);
+        std::vector<float> row(std::max(Hkv * d, d2));  // k2 rows are d2 wide, wider than Hkv * d for d = 1
         for (std::size_t j = 0; j < n; ++j) {
           for (auto& x : row) x = nd(rng);
           k.store(j, row.data());
