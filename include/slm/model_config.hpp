@@ -278,6 +278,9 @@ inline result<model_config> model_config::from_json_mamba_style(const json::valu
     SLM_TRY(r.size("num_key_value_heads", c.n_kv_heads, false, 4096));
     c.head_dim = c.n_heads ? c.hidden / c.n_heads : 0;
     SLM_TRY(r.size("head_dim", c.head_dim, false, 4096));
+    if (c.head_dim > 4096)  // derived from hidden_size when "head_dim" is absent: the same limit
+      return make_error(errc::out_of_range, "config.json: head_dim ", c.head_dim,
+                        " (hidden_size / num_attention_heads) exceeds 4096");
     if (c.n_heads == 0 || c.n_kv_heads == 0 || c.n_heads % c.n_kv_heads || c.head_dim == 0)
       return make_error(errc::format_error, "config.json: num_attention_heads, num_key_value_heads and head_dim are inconsistent");
     if (cfg.get_bool("attention_bias", false))
@@ -408,6 +411,9 @@ inline result<model_config> model_config::from_json(const json::value& cfg) {
                       " does not divide num_attention_heads ", c.n_heads);
   c.head_dim = c.hidden / c.n_heads;
   SLM_TRY(r.size("head_dim", c.head_dim, false, 4096));
+  if (c.head_dim > 4096)  // derived from hidden_size when "head_dim" is absent: the same limit
+    return make_error(errc::out_of_range, "config.json: head_dim ", c.head_dim,
+                      " (hidden_size / num_attention_heads) exceeds 4096");
   if (c.head_dim == 0) return make_error(errc::format_error, "config.json: \"head_dim\" is 0");
   if (!(c.norm_eps > 0)) return make_error(errc::format_error, "config.json: \"rms_norm_eps\" must be positive");
 
