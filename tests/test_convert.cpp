@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
 
 #include "test_helpers.hpp"
@@ -170,4 +171,68 @@ TEST(Convert, Errors) {
   EXPECT_TRUE(fails_with(slm::convert_checkpoint(in.path(), cancelled.path(), opt, pool), errc::cancelled, {}));
   EXPECT_FALSE(std::filesystem::exists(cancelled / "model.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(cancelled / "model.safetensors.tmp"));
+}
+
+// NAM56R's canonical (Megatron) names: Transformer Engine's grouped experts carry their
+// index after the parameter name (`linear_fc1.weight3`) and are quantized under the same
+// convention (`.weight_scale3`, `.weight_scale_23`); the keep-list holds the n-gram
+// tables, the output layer, the DSA indexer and the router in high precision.
+TEST(Convert, Nam56rNamesGroupedExpertsAndKeepList) {
+  slm_test::temp_dir in("in"), out("out");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  std::vector<std::vector<float>> data;
+  st::writer w;
+  auto add = [&](const std::string& name, std::int64_t r, std::int64_t c) {
+    data.emplace_back(static_cast<std::size_t>(r * c));
+    for (float& x : data.back()) x = normal(rng);
+    ASSERT_TRUE(w.add(name, dtype::f32, slm::shape{r, c}, std::as_bytes(std::span(data.back()))).ok());
+  };
+  const std::string L = "decoder.layers.1.";
+  add("embedding.word_embeddings.weight", 40, 32);
+  add("embedding.cppmega_ngram_hash.unified_table.weight", 50, 16);
+  add("embedding.cppmega_ngram_hash.out_proj.weight", 32, 64);
+  add("output_layer.weight", 40, 32);
+  add(L + "mlp.router.weight", 4, 32);
+  add(L + "mlp.experts.linear_fc1.weight0", 48, 32);
+  add(L + "mlp.experts.linear_fc1.weight1", 48, 32);
+  add(L + "mlp.experts.linear_fc2.weight0", 32, 48);
+  add(L + "mlp.experts.linear_fc2.weight1", 32, 48);
+  add("decoder.layers.0.self_attention.core_attention.indexer.linear_wk.weight", 16, 32);
+  add("decoder.layers.0.self_attention.linear_q_down_proj.weight", 16, 32);
+  ASSERT_TRUE(slm_test::write_file(in / "config.json", R"({"model_type": "nam56r"})"));
+  ASSERT_TRUE(w.write(in / "model.safetensors").ok());
+
+  auto pool = make_pool();
+  auto reports = slm::convert_checkpoint(in.path(), out.path(), slm::convert_options{}, pool, {});
+  ASSERT_TRUE(reports.ok()) << reports.error().message();
+  std::map<std::string, std::string> action;
+  for (const auto& r : *reports) action[r.name] = r.action;
+  EXPECT_EQ(action["embedding.word_embeddings.weight"], "kept F32: embedding");
+  EXPECT_EQ(action["embedding.cppmega_ngram_hash.unified_table.weight"], "kept F32: embedding");
+  EXPECT_EQ(action["output_layer.weight"], "kept F32: output head");
+  EXPECT_EQ(action[L + "mlp.router.weight"], "kept F32: router");
+  EXPECT_EQ(action["decoder.layers.0.self_attention.core_attention.indexer.linear_wk.weight"], "kept F32: DSA indexer");
+  EXPECT_EQ(action["decoder.layers.0.self_attention.linear_q_down_proj.weight"], "nvfp4");
+  EXPECT_EQ(action[L + "mlp.experts.linear_fc1.weight1"], "nvfp4");
+
+  auto ck = slm::checkpoint::open(out.path());
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  EXPECT_TRUE(ck->find(L + "mlp.experts.linear_fc1.weight_scale1"));
+  EXPECT_TRUE(ck->find(L + "mlp.experts.linear_fc1.weight_scale_21"));
+  // Expert 1 reads back as the quantizer's own output for its matrix, expert 0 differs.
+  auto direct = slm::quantize_nvfp4(std::span<const float>(data[6]), 48, 32);
+  ASSERT_TRUE(direct.ok());
+  auto e1 = slm::load_linear_weight(*ck, L + "mlp.experts.linear_fc1", "1");
+  ASSERT_TRUE(e1.ok()) << e1.error().message();
+  ASSERT_EQ(e1->format, slm::weight_format::nvfp4);
+  EXPECT_EQ(e1->rows, 48u);
+  EXPECT_EQ(e1->global, direct->weight_scale_2);
+  EXPECT_EQ(0, std::memcmp(e1->data, direct->codes.data(), direct->codes.size()));
+  EXPECT_TRUE(fails_with(slm::load_linear_weight(*ck, L + "mlp.experts.linear_fc1", "2"), errc::not_found,
+                         {"linear_fc1.weight2"}));
+  auto cfg = slm::quant_config::from_checkpoint(*ck);
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_TRUE(cfg->is_excluded("output_layer"));
+  EXPECT_FALSE(cfg->is_excluded(L + "mlp.experts.linear_fc1"));
 }

@@ -13,9 +13,15 @@
 // every other file (config.json, tokenizer files, ...) copied. With format bf16 every
 // floating tensor becomes BF16 and nothing is quantized.
 //
-// Quantized: every 2-D `*.weight` whose module is a linear layer. Kept as they are:
-// embeddings, lm_head / output heads, norms, routers and MoE gates, modules matching
-// an exclude pattern, and matrices whose K is not a multiple of the block. The report
+// Quantized: every 2-D `*.weight` whose module is a linear layer, and the per-expert
+// `*.weight{e}` of Transformer Engine's grouped experts (NAM56R's canonical format:
+// `mlp.experts.linear_fc1.weight3` becomes `.weight3` + `.weight_scale3` +
+// `.weight_scale_2{e}`, the index after each name as TE places it). Kept as they are:
+// embeddings (word, n-gram hash tables and projections, structure embeddings),
+// lm_head / output heads (`output_layer`), norms, routers and MoE gates, the DSA
+// lightning indexer (its top-k choice decides what every head attends to, and a flipped
+// choice is not a small error), nanochat's mHC branch scorer, modules matching an
+// exclude pattern, and matrices whose K is not a multiple of the block. The report
 // says, per tensor, what was done and the error it introduced (relative RMS and max
 // absolute error of the dequantized weight against the original).
 //
@@ -66,18 +72,35 @@ using convert_progress = std::function<void(const tensor_report&, std::size_t, s
 
 namespace detail {
 
+// A weight's module and index: "m.weight" -> ("m", ""), "m.weight12" -> ("m", "12"); no
+// module for any other name.
+struct weight_name {
+  std::string module, index;
+  bool ok = false;
+};
+inline weight_name split_weight_name(std::string_view name) {
+  const std::size_t dot = name.rfind(".weight");
+  if (dot == std::string_view::npos || dot == 0) return {};
+  const std::string_view tail = name.substr(dot + 7);
+  if (!std::all_of(tail.begin(), tail.end(), [](char c) { return c >= '0' && c <= '9'; }) || tail.size() > 6) return {};
+  return {std::string(name.substr(0, dot)), std::string(tail), true};
+}
+
 // Why a weight stays in high precision, or empty if it is quantized.
 inline std::string keep_reason(const std::string& name, const safetensors::tensor_info& t, const convert_options& opt,
                                const quant_config& excludes) {
   if (t.type != dtype::f32 && t.type != dtype::bf16 && t.type != dtype::f16) return "not a floating tensor";
-  if (t.shape.rank() != 2 || name.size() < 7 || name.substr(name.size() - 7) != ".weight") return "not a linear weight";
-  const std::string module = name.substr(0, name.size() - 7);
+  const weight_name wn = split_weight_name(name);
+  if (t.shape.rank() != 2 || !wn.ok) return "not a linear weight";
+  const std::string& module = wn.module;
   const std::string_view last = std::string_view(module).substr(module.rfind('.') == std::string::npos ? 0 : module.rfind('.') + 1);
   auto has = [&](std::string_view s) { return module.find(s) != std::string::npos; };
   if (has("embed") || last == "wte" || last == "wpe") return "embedding";
-  if (last == "lm_head" || last == "output" || has("lm_head")) return "output head";
+  if (last == "lm_head" || last == "output" || last == "output_layer" || has("lm_head")) return "output head";
   if (has("norm") || last.substr(0, 3) == "ln_") return "norm";
   if (last == "gate" || last == "router" || has("router")) return "router";
+  if (has("indexer")) return "DSA indexer";
+  if (has(".mhc.")) return "mHC branch scorer";
   if (excludes.is_excluded(module)) return "excluded";
   const std::size_t block = block_size(opt.format);
   if (static_cast<std::size_t>(t.shape[1]) % block != 0) return cat("K = ", t.shape[1], " is not a multiple of ", block);
@@ -232,21 +255,22 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
       if (!j.keep.empty()) {
         SLM_TRY(plan.plan(t.name, t.type, t.shape));
         if (quantizing && j.keep != "not a linear weight" && j.keep != "not a floating tensor")
-          kept_modules.push_back(t.name.substr(0, t.name.size() - 7));
+          kept_modules.push_back(detail::split_weight_name(t.name).module);
       } else if (!quantizing) {
         SLM_TRY(plan.plan(t.name, dtype::bf16, t.shape));
       } else {
-        const std::string module = t.name.substr(0, t.name.size() - 7);
+        const detail::weight_name wn = detail::split_weight_name(t.name);
+        const std::string scale = wn.module + ".weight_scale" + wn.index, scale2 = wn.module + ".weight_scale_2" + wn.index;
         const weight_format f = opt.format;
         SLM_TRY(plan.plan(t.name, f == weight_format::fp8_e4m3 ? dtype::f8_e4m3 : dtype::u8,
                           f == weight_format::fp8_e4m3 ? slm::shape{n, k} : slm::shape{n, k / 2}));
         if (f == weight_format::nvfp4) {
-          SLM_TRY(plan.plan(module + ".weight_scale", dtype::f8_e4m3, slm::shape{n, k / 16}));
-          SLM_TRY(plan.plan(module + ".weight_scale_2", dtype::f32, slm::shape{}));
+          SLM_TRY(plan.plan(scale, dtype::f8_e4m3, slm::shape{n, k / 16}));
+          SLM_TRY(plan.plan(scale2, dtype::f32, slm::shape{}));
         } else if (f == weight_format::mxfp4) {
-          SLM_TRY(plan.plan(module + ".weight_scale", dtype::u8, slm::shape{n, k / 32}));
+          SLM_TRY(plan.plan(scale, dtype::u8, slm::shape{n, k / 32}));
         } else {
-          SLM_TRY(plan.plan(module + ".weight_scale", dtype::f32, slm::shape{}));
+          SLM_TRY(plan.plan(scale, dtype::f32, slm::shape{}));
         }
       }
       jobs.push_back(std::move(j));
@@ -265,9 +289,9 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
       const std::string& n = jobs[i].t->name;
       source[n] = {i, part::whole};
       if (!jobs[i].keep.empty() || !quantizing) continue;
-      const std::string module = n.substr(0, n.size() - 7);
-      source[module + ".weight_scale"] = {i, opt.format == weight_format::fp8_e4m3 ? part::global : part::scales};
-      if (opt.format == weight_format::nvfp4) source[module + ".weight_scale_2"] = {i, part::global};
+      const detail::weight_name wn = detail::split_weight_name(n);
+      source[wn.module + ".weight_scale" + wn.index] = {i, opt.format == weight_format::fp8_e4m3 ? part::global : part::scales};
+      if (opt.format == weight_format::nvfp4) source[wn.module + ".weight_scale_2" + wn.index] = {i, part::global};
     }
     while (!stream->done()) {
       SLM_TRY(check_cancelled(opt.cancel));
@@ -278,7 +302,6 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
       const part which = found->second.second;
       const safetensors::tensor_info& t = *j->t;
       const tensor_view v = shard.view(t);
-      const std::string module = t.name.size() > 7 ? t.name.substr(0, t.name.size() - 7) : t.name;
       if (!j->keep.empty()) {  // unchanged: straight from the mapping
         SLM_TRY(stream->append(name, v.bytes()));
         tensor_report rep;
@@ -359,6 +382,7 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
   }
   if (quantizing) {
     std::sort(kept_modules.begin(), kept_modules.end());
+    kept_modules.erase(std::unique(kept_modules.begin(), kept_modules.end()), kept_modules.end());  // grouped experts
     json::value excl = json::value::make_array();
     for (const auto& m : kept_modules) excl.push_back(json::value(m));
     json::value q = json::value::make_object();

@@ -231,10 +231,14 @@ inline result<weight_matrix> from_file(result<weight_matrix> w, const checkpoint
 // The weight of the linear module `module` (e.g. "model.layers.3.mlp.down_proj"), in
 // whatever layout the checkpoint stores it, as a view (built and validated by the
 // make_* functions of dequantize.hpp). Errors name the module, the tensor and the
-// expected vs found dtype and shape.
-inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::string_view module) {
-  const std::string p(module);
-  const std::string weight = p + ".weight", packed = p + ".weight_packed", scale = p + ".weight_scale";
+// expected vs found dtype and shape. `index` selects one matrix of Transformer Engine's
+// grouped experts, whose tensors carry it after the parameter name: module
+// "mlp.experts.linear_fc1", index "3" reads `.weight3` (and `.weight_scale3`,
+// `.weight_scale_23` when quantized, as slm quantize writes them).
+inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::string_view module,
+                                                std::string_view index = {}) {
+  const std::string p(module), ix(index);
+  const std::string weight = p + ".weight" + ix, packed = p + ".weight_packed" + ix, scale = p + ".weight_scale" + ix;
   auto fail = [&](errc code, const auto&... parts) {
     return result<weight_matrix>(status(code, cat(ck.dir().string(), ": module '", p, "': ", parts...)));
   };
@@ -250,8 +254,8 @@ inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::strin
     if (!scales.ok()) return fail(errc::format_error, "tensor '", packed, "' has no '", scale, "' beside it");
     if (scales->type() != dtype::f8_e4m3) return detail::from_file(make_mxfp4(*ck.tensor(packed), *scales), ck, p);
     float divisor = 0;
-    SLM_TRY(global_or_fail(p + ".weight_global_scale", divisor));
-    if (divisor == 0.0f) return fail(errc::format_error, "tensor '", p, ".weight_global_scale' is zero (a divisor)");
+    SLM_TRY(global_or_fail(p + ".weight_global_scale" + ix, divisor));
+    if (divisor == 0.0f) return fail(errc::format_error, "tensor '", p, ".weight_global_scale", ix, "' is zero (a divisor)");
     // compressed-tensors divides by its global scale; slm multiplies (spec 3.3).
     return detail::from_file(make_nvfp4(*ck.tensor(packed), *scales, 1.0f / divisor), ck, p);
   }
@@ -268,11 +272,11 @@ inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::strin
       if (!scales.ok()) return fail(errc::format_error, "tensor '", weight, "' is U8 but has no '", scale, "' beside it");
       if (scales->type() != dtype::f8_e4m3) return detail::from_file(make_mxfp4(*wt, *scales), ck, p);
       float global = 0;
-      SLM_TRY(global_or_fail(p + ".weight_scale_2", global));
+      SLM_TRY(global_or_fail(p + ".weight_scale_2" + ix, global));
       return detail::from_file(make_nvfp4(*wt, *scales, global), ck, p);
     }
     case dtype::f8_e4m3: {
-      const std::string inv = p + ".weight_scale_inv";
+      const std::string inv = p + ".weight_scale_inv" + ix;
       if (ck.find(inv))  // DeepSeek: f32 multipliers per 128 x 128 block
         return detail::from_file(make_fp8(*wt, *ck.tensor(inv), 128, 128), ck, p);
       auto s = ck.tensor(scale);
