@@ -4,6 +4,7 @@
 //   slm logits --model DIR --ids ID,... --out FILE.safetensors [--mode full|incremental] [--prefill P]
 //              [--kv f32|bf16] [--mla auto|expanded|absorbed] [--act f32|bf16|int8] [--threads N]
 //   slm run --model DIR --prompt-ids ID,... [-n N] [--kv ...] [--mla ...] [--act ...] [--threads N]
+//           [--speculative none|mtp] [--draft K]
 //   slm bench --kernels [--quick] [--threads N]
 //   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
@@ -25,7 +26,10 @@
 
 #include "slm/convert.hpp"
 #include "slm/kernel_bench.hpp"
+#include "slm/nam56r.hpp"
+#include "slm/nanochat.hpp"
 #include "slm/slm.hpp"
+#include "slm/speculative.hpp"
 
 namespace {
 
@@ -121,7 +125,9 @@ void print_config(const slm::json::value& config) {
   // The dimensions most architectures share; anything else is in config.json itself.
   const char* keys[] = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                         "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
-                        "num_experts", "n_routed_experts", "num_experts_per_tok", "state_size", "tie_word_embeddings"};
+                        "num_experts", "n_routed_experts", "num_experts_per_tok", "state_size", "tie_word_embeddings",
+                        "num_layers", "hybrid_pattern", "num_moe_experts", "moe_router_topk", "mtp_num_layers",
+                        "n_layer", "n_head", "n_kv_head", "n_embd", "sequence_len"};
   std::string line;
   for (const char* k : keys) {
     const slm::json::value* v = config.find(k);
@@ -129,6 +135,26 @@ void print_config(const slm::json::value& config) {
     line += slm::cat(line.empty() ? "" : " ", k, "=", v->is_string() ? std::string(v->as_string()) : slm::json::dump(*v));
   }
   std::printf("config    %s\n", line.c_str());
+}
+
+// One row per layer (and per embedding, head and MTP sublayer): kind, parameters, bytes
+// as stored and in which formats, parameters active per token (MoE: the routed top-k,
+// the shared expert and the router); then the totals.
+template <class Rows>
+void print_layer_table(const Rows& rows) {
+  std::printf("\n%-6s %-12s %14s %12s %-14s %14s\n", "layer", "kind", "params", "bytes", "formats", "active/token");
+  std::uint64_t params = 0, bytes = 0, active = 0;
+  for (const auto& r : rows) {
+    const bool layer = r.kind == "mla" || r.kind == "dsa" || r.kind == "moe" || r.kind == "mamba3" || r.kind == "m2rnn";
+    std::printf("%-6s %-12s %14llu %12s %-14s %14llu\n", layer ? std::to_string(r.index).c_str() : "-", r.kind.c_str(),
+                static_cast<unsigned long long>(r.params),
+                human_bytes(r.bytes).c_str(), r.formats.c_str(), static_cast<unsigned long long>(r.active_params));
+    params += r.params;
+    bytes += r.bytes;
+    active += r.active_params;
+  }
+  std::printf("%-6s %-12s %14llu %12s %-14s %14llu\n\n", "total", "", static_cast<unsigned long long>(params),
+              human_bytes(bytes).c_str(), "", static_cast<unsigned long long>(active));
 }
 
 int cmd_inspect(const args& a) {
@@ -154,6 +180,12 @@ int cmd_inspect(const args& a) {
               ck->hf_quant_config() ? ", hf_quant_config.json" : "", ck->has_tokenizer() ? ", tokenizer.json" : "");
   if (const auto* q = ck->quantization_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
   if (const auto* q = ck->hf_quant_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
+  const slm::json::value& type = ck->config()["model_type"];
+  if (type.is_string() && type.as_string() == "nam56r") {  // the specialist's layer table
+    auto m = slm::nam56r_model::load(path);
+    if (!m.ok()) return fail(m.error());
+    print_layer_table(m->describe());
+  }
   print_tensors([&](std::size_t i) -> const auto& { return ck->info(ck->tensors()[i]); }, ck->size(), list);
   return 0;
 }
@@ -224,6 +256,35 @@ std::size_t argmax(const float* v, std::size_t n) {  // the first maximum, as to
   return static_cast<std::size_t>(std::max_element(v, v + n) - v);
 }
 
+// Loads the model in `dir` as the kind its config.json names - the NAM56R specialist
+// (model_type "nam56r"), a nanochat-lineage model ("nanochat"), or any architecture of
+// the config-driven decoder - and calls fn(model). The three share the session interface
+// the commands use (new_session, forward, vocab).
+template <class Fn>
+int with_model(std::string_view dir, Fn&& fn) {
+  const std::filesystem::path path{std::string(dir)};
+  std::string type;
+  {
+    auto ck = slm::checkpoint::open(path);
+    if (!ck.ok()) return fail(ck.error());
+    const slm::json::value& t = ck->config()["model_type"];
+    if (t.is_string()) type = std::string(t.as_string());
+  }
+  if (type == "nam56r") {
+    auto m = slm::nam56r_model::load(path);
+    if (!m.ok()) return fail(m.error());
+    return fn(*m);
+  }
+  if (type == "nanochat") {
+    auto m = slm::nanochat_model::load(path);
+    if (!m.ok()) return fail(m.error());
+    return fn(*m);
+  }
+  auto m = slm::model::load(path);
+  if (!m.ok()) return fail(m.error());
+  return fn(*m);
+}
+
 // slm logits: the logits of a token sequence, as tensor "logits" F32 [T, V] in a
 // safetensors file. Row t is always the next-token distribution after ids 0..t
 // (inclusive); the modes differ only in how it is computed: full = one forward over all
@@ -249,23 +310,26 @@ int cmd_logits(const args& a) {
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
 
-  auto m = slm::model::load(std::string(model));
-  if (!m.ok()) return fail(m.error());
-  const std::size_t V = m->vocab();
-  if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
-
-  std::vector<float> logits(T * V);  // [T, V]
-  slm::compute_context cx{*pool};
-  cx.quantized_activations = opt->act;
-  auto session = m->new_session(opt->session);
-  if (mode == "full") {
-    if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
-  } else {
-    const std::size_t P = *prefill;
-    if (auto s = session.forward(std::span(ids->data(), P), P, logits.data(), cx); !s.ok()) return fail(s);
-    for (std::size_t t = P; t < T; ++t)
-      if (auto s = session.forward(std::span(ids->data() + t, 1), 1, logits.data() + t * V, cx); !s.ok()) return fail(s);
-  }
+  std::vector<float> logits;  // [T, V]
+  const int rc = with_model(model, [&](const auto& m) -> int {
+    const std::size_t V = m.vocab();
+    if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
+    logits.resize(T * V);
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = opt->act;
+    auto session = m.new_session(opt->session);
+    if (mode == "full") {
+      if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
+    } else {
+      const std::size_t P = *prefill;
+      if (auto s = session.forward(std::span(ids->data(), P), P, logits.data(), cx); !s.ok()) return fail(s);
+      for (std::size_t t = P; t < T; ++t)
+        if (auto s = session.forward(std::span(ids->data() + t, 1), 1, logits.data() + t * V, cx); !s.ok()) return fail(s);
+    }
+    return 0;
+  });
+  if (rc != 0) return rc;
+  const std::size_t V = logits.size() / T;
 
   slm::safetensors::writer w;
   w.set_metadata("format", "pt");
@@ -293,25 +357,53 @@ int cmd_run(const args& a) {
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
 
-  auto m = slm::model::load(std::string(model));
-  if (!m.ok()) return fail(m.error());
-  const std::size_t V = m->vocab();
-  if (auto s = check_vocab("prompt-ids", *prompt, V); !s.ok()) return usage_error(s.message());
-
-  std::vector<float> logits(V);
-  slm::compute_context cx{*pool};
-  cx.quantized_activations = opt->act;
-  auto session = m->new_session(opt->session);
-  if (auto s = session.forward(*prompt, 1, logits.data(), cx); !s.ok()) return fail(s);
-  std::string line;
-  for (std::size_t i = 0; i < *n; ++i) {
-    const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
-    line += slm::cat(i ? "," : "", next);
-    if (i + 1 < *n)  // the last id needs no forward of its own
-      if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
-  }
-  std::printf("%s\n", line.c_str());
-  return 0;
+  const std::string_view spec = a.get("speculative", "none");
+  if (spec != "none" && spec != "mtp") return usage_error(slm::cat("--speculative must be none or mtp, not '", spec, "'"));
+  auto drafts = parse_count(a, "draft", 0);
+  if (!drafts.ok()) return usage_error(drafts.error().message());
+  return with_model(model, [&](const auto& m) -> int {
+    const std::size_t V = m.vocab();
+    if (auto s = check_vocab("prompt-ids", *prompt, V); !s.ok()) return usage_error(s.message());
+    if (spec == "mtp") {  // self-speculative: drafts from the model's MTP heads, same greedy ids
+      if constexpr (slm::mtp_session<decltype(m.new_session())>) {
+        const std::size_t depths = m.config().mtp_num_layers;
+        if (depths == 0) return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
+        const std::size_t k = *drafts ? *drafts : depths;
+        if (k > depths) return usage_error(slm::cat("--draft ", k, " exceeds the model's ", depths, " MTP depths"));
+        slm::session_options o = opt->session;
+        o.rollback_tokens = std::max(o.rollback_tokens, k);  // rejected drafts are rolled back
+        auto session = m.new_session(o);
+        slm::compute_context cx{*pool};
+        cx.quantized_activations = opt->act;
+        std::vector<std::int32_t> out;
+        slm::speculative_stats st;
+        if (auto s = slm::generate_greedy_mtp(session, *prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
+        std::string line;
+        for (std::size_t i = 0; i < out.size(); ++i) line += slm::cat(i ? "," : "", out[i]);
+        std::printf("%s\n", line.c_str());
+        std::fprintf(stderr, "slm: mtp: %zu drafted, %zu accepted (%.1f %%), %.2f tokens per main forward\n", st.drafted,
+                     st.accepted, 100.0 * st.acceptance_rate(), st.tokens_per_forward());
+        return 0;
+      } else {
+        return fail(slm::make_error(slm::errc::unsupported,
+                                    "--speculative mtp: this model has no MTP drafting in slm (NAM56R models do)"));
+      }
+    }
+    std::vector<float> logits(V);
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = opt->act;
+    auto session = m.new_session(opt->session);
+    if (auto s = session.forward(*prompt, 1, logits.data(), cx); !s.ok()) return fail(s);
+    std::string line;
+    for (std::size_t i = 0; i < *n; ++i) {
+      const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
+      line += slm::cat(i ? "," : "", next);
+      if (i + 1 < *n)  // the last id needs no forward of its own
+        if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
+    }
+    std::printf("%s\n", line.c_str());
+    return 0;
+  });
 }
 
 int cmd_quantize(const args& a) {
@@ -443,7 +535,8 @@ void print_help() {
       "  --model DIR|FILE   a Hugging Face style model directory or one .safetensors file\n"
       "  --no-tensors       print the summary only, not one line per tensor\n"
       "\nlogits options:\n"
-      "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...)\n"
+      "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...):\n"
+      "                     Hugging Face, NAM56R canonical or nanochat (by config.json model_type)\n"
       "  --ids ID,ID,...    the token ids, T of them\n"
       "  --out FILE         writes tensor 'logits' F32 [T, V]; row t is the next-token\n"
       "                     distribution after ids 0..t (inclusive), in both modes\n"
@@ -464,6 +557,10 @@ void print_help() {
       "  -n N, --tokens N   ids to generate (default 16); greedy (argmax), no stop token; prints\n"
       "                     them comma-separated on one line\n"
       "  --kv, --mla, --act, --threads   as for logits\n"
+      "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
+      "                     verify with one main forward, roll back rejected drafts; prints the\n"
+      "                     same ids as plain greedy, and the acceptance figures on stderr\n"
+      "  --draft K          drafts per main forward (default: every MTP depth)\n"
       "\nquantize options:\n"
       "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
       "  --out DIR          where the converted checkpoint goes\n"

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "slm/json.hpp"
 #include "slm/safetensors.hpp"
 #include "test_helpers.hpp"
 
@@ -171,6 +172,62 @@ TEST_P(CliRun, GreedyMatchesGolden) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v32", "nemotron_h"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// A nanochat-lineage model directory (config.json {"model_type": "nanochat", ...the note's
+// GPTConfig...} + the golden's safetensors, whose parameter names are nanochat's own)
+// runs through the same commands: logits in both modes equal the oracle's no-cache
+// logits (these two cases are ones whose cached and uncached paths agree in nanochat
+// itself), and `slm run`'s first greedy id is the argmax after the prompt.
+class CliNanochat : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CliNanochat, LogitsAndRunMatchGolden) {
+  const std::string name = std::string("nanochat_gpt__") + GetParam();
+  const auto golden_file = slm_test::test_data("golden/nam56r/" + name + ".safetensors");
+  auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
+  ASSERT_TRUE(note.ok()) << note.error().message();
+  slm::json::value config = (*note)["config"]["GPTConfig"];
+  config.set("model_type", slm::json::value(std::string("nanochat")));
+  slm_test::temp_dir dir("nanochat"), tmp("out");
+  {
+    std::ofstream f(dir / "config.json");
+    f << slm::json::dump(config);
+  }
+  std::filesystem::copy_file(golden_file, dir / "model.safetensors");
+  auto f = slm::safetensors::file::open(golden_file);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  const std::vector<float> idx = floats_of(*f, "in/idx"), ref = floats_of(*f, "out/logits");
+  const std::size_t T = static_cast<std::size_t>((*note)["config"]["T"].as_int64().value_or(0));
+  const std::size_t P = static_cast<std::size_t>((*note)["config"]["prefill"].as_int64().value_or(0));
+  ASSERT_GT(T, 0u);
+  ASSERT_GE(idx.size(), T);
+  ASSERT_EQ(ref.size() % T, 0u);
+  const std::size_t V = ref.size() / T;  // batch element 0 ([1, T, V] or [T, V])
+  std::vector<std::int64_t> ids(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(T));
+  double max_ref = 0;
+  for (float x : ref) max_ref = std::max(max_ref, static_cast<double>(std::fabs(x)));
+  for (const char* mode : {"full", "incremental"}) {
+    const auto out = tmp / "logits.safetensors";
+    std::string args = "logits --model '" + dir.path().string() + "' --ids " + join(ids, T) + " --out '" + out.string() +
+                       "' --threads 2 --mode " + mode;
+    if (std::string(mode) == "incremental") args += " --prefill " + std::to_string(P);
+    const cli_result r = run_cli(tmp.path(), args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto lf = slm::safetensors::file::open(out);
+    ASSERT_TRUE(lf.ok()) << lf.error().message();
+    const std::vector<float> got = floats_of(*lf, "logits");
+    ASSERT_EQ(got.size(), T * V);
+    double max_err = 0;
+    for (std::size_t k = 0; k < T * V; ++k) max_err = std::max(max_err, static_cast<double>(std::fabs(got[k] - ref[k])));
+    EXPECT_LE(max_err, 1e-4 * max_ref) << mode;
+  }
+  const cli_result r = run_cli(tmp.path(), "run --model '" + dir.path().string() + "' --prompt-ids " + join(ids, P) +
+                                               " -n 1 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, std::to_string(argmax(ref.data() + (P - 1) * V, V)) + "\n");
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, CliNanochat, ::testing::Values("plain_gqa_swa", "mamba_hybrid"),
                          [](const auto& info) { return std::string(info.param); });
 
 // The session options reach the model: a bf16 KV cache and MLA's absorbed form still

@@ -16,6 +16,14 @@
 //    Wvb_h o_lat_h): attention runs in the latent space and a decode step reads the
 //    latent cache once instead of expanding it. The default for decode.
 // Tests check that both give the same logits.
+//
+// Megatron flavour (NAM56R, spec nam56r.md §2.2; load_megatron): linear_q_down_proj /
+// linear_q_up_proj / linear_kv_down_proj / linear_kv_up_proj / linear_proj in the roles of
+// q_a / q_b / kv_a / kv_b / o, no latent norms (latent_norms = false), adjacent-pair RoPE
+// (rope_interleaved, base rotary_base, no YaRN), softmax scale 1/sqrt(nope + rope).
+// Megatron stores the rotated lanes de-interleaved; that permutation is the same for q and
+// k and changes no dot product. IndexCache (spec §2.3): a forward can hand its DSA top-k
+// out (sel_out) or take another layer's instead of running its own indexer (shared_sel).
 #pragma once
 
 #include <algorithm>
@@ -55,7 +63,54 @@ struct basic_mla_attention {
   bool interleave = true;
   std::size_t n_heads = 0, nope = 0, rope_dim = 0, v_dim = 0, kv_lora = 0, q_lora = 0;
   float scale = 1.0f;
+  bool latent_norms = true;  // q_a_norm / kv_a_norm applied (DeepSeek); Megatron MLA has none
   std::optional<lightning_indexer> indexer;  // DSA layers
+
+  // Megatron MLA sizes (nam56r.hpp fills it from config.json); indexer set for DSA layers.
+  struct megatron_config {
+    std::size_t hidden = 0, n_heads = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0;
+    double rotary_base = 10000.0;
+    std::optional<megatron_indexer_config> indexer;
+  };
+  // prefix = `...self_attention`: linear_q_down_proj [q_lora, d], linear_q_up_proj
+  // [H (nope + rope), q_lora], linear_kv_down_proj [kv_lora + rope, d], linear_kv_up_proj
+  // [H (nope + v), kv_lora] (per head: nope K rows, then v rows), linear_proj [d, H v];
+  // DSA: core_attention.indexer.* (lightning_indexer::load_megatron).
+  static result<basic_mla_attention> load_megatron(const checkpoint& ck, const std::string& prefix,
+                                                   const megatron_config& c) {
+    basic_mla_attention a;
+    a.n_heads = c.n_heads;
+    a.nope = c.nope;
+    a.rope_dim = c.rope;
+    a.v_dim = c.v;
+    a.kv_lora = c.kv_lora;
+    a.q_lora = c.q_lora;
+    a.interleave = true;
+    a.latent_norms = false;
+    rope_params rp;
+    rp.theta = c.rotary_base;
+    a.rope = rope_table::make(rp, c.rope);
+    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.nope + c.rope)));
+    if (c.q_lora == 0) return make_error(errc::invalid_argument, "Megatron MLA '", prefix, "': q_lora_rank is 0");
+    const std::size_t H = c.n_heads, d = c.hidden, qk = c.nope + c.rope;
+    auto take = [&](linear& dst, const char* name, std::size_t out, std::size_t in) -> status {
+      auto l = load_linear(ck, prefix + name, out, in);
+      if (!l.ok()) return std::move(l).take_error();
+      dst = std::move(*l);
+      return {};
+    };
+    SLM_TRY(take(a.q_a, ".linear_q_down_proj", c.q_lora, d));
+    SLM_TRY(take(a.q_b, ".linear_q_up_proj", H * qk, c.q_lora));
+    SLM_TRY(take(a.kv_a, ".linear_kv_down_proj", c.kv_lora + c.rope, d));
+    SLM_TRY(take(a.kv_b, ".linear_kv_up_proj", H * (c.nope + c.v), c.kv_lora));
+    SLM_TRY(take(a.o, ".linear_proj", d, H * c.v));
+    if (c.indexer) {
+      auto ix = lightning_indexer::load_megatron(ck, prefix + ".core_attention.indexer", *c.indexer);
+      if (!ix.ok()) return std::move(ix).take_error();
+      a.indexer = std::move(*ix);
+    }
+    return a;
+  }
 
   struct cache {
     kv_rows latent;      // [positions, kv_lora]
@@ -193,15 +248,20 @@ struct basic_mla_attention {
   }
 
   // x [T, d] at positions kc.n.. -> out [T, d]; appends T positions to the cache.
+  // IndexCache hooks (DSA): sel_out [T, indexer->top_k] receives this layer's top-k;
+  // shared_sel [T, shared_k] (another layer's top-k of the same positions) replaces this
+  // layer's indexer, which then does not run (and caches no indexer keys).
   status forward(const float* x, std::size_t T, float* out, cache& kc, floats& scratch, floats& attn_scratch,
-                 floats& index_scratch, compute_context& cx, mla_mode mode) const {
+                 floats& index_scratch, compute_context& cx, mla_mode mode, const std::int32_t* shared_sel = nullptr,
+                 std::size_t shared_k = 0, std::int32_t* sel_out = nullptr) const {
     const std::size_t H = n_heads, qk = nope + rope_dim, pos0 = kc.n, n_keys = pos0 + T;
+    const bool run_indexer = indexer && !shared_sel;
     const bool absorbed = mode == mla_mode::absorbed || (mode == mla_mode::automatic && T == 1);
     if (kc.latent.capacity() < n_keys) {
       SLM_TRY(kc.latent.reserve(std::max(n_keys, 2 * kc.latent.capacity())));
       SLM_TRY(kc.k_rope.reserve(std::max(n_keys, 2 * kc.k_rope.capacity())));
     }
-    const std::size_t top_k = indexer ? indexer->top_k : 0;
+    const std::size_t top_k = run_indexer ? indexer->top_k : 0;
     const std::size_t attn_out = absorbed ? H * kv_lora : H * v_dim;
     // expanded: per-head keys and values of every cached position; absorbed: the queries.
     const std::size_t expand = absorbed ? T * H * kv_lora : n_keys * H * (nope + v_dim);
@@ -225,7 +285,7 @@ struct basic_mla_attention {
 
     if (q_lora > 0) {
       SLM_TRY(q_a.apply(x, T, q_latent, cx));                       // [T, d] x [d, q_lora] -> [T, q_lora]
-      q_a_norm.apply(q_latent, T, q_lora, q_lora, q_latent, q_lora);
+      if (latent_norms) q_a_norm.apply(q_latent, T, q_lora, q_lora, q_latent, q_lora);
       SLM_TRY(q_b.apply(q_latent, T, q, cx));                       // [T, q_lora] x [q_lora, H*qk] -> [T, H*qk]
     } else {
       SLM_TRY(q_proj.apply(x, T, q, cx));                           // [T, d] x [d, H*qk] -> [T, H*qk]
@@ -233,14 +293,17 @@ struct basic_mla_attention {
     SLM_TRY(kv_a.apply(x, T, kv, cx));                              // [T, d] x [d, kv_lora+rope] -> [T, kv_lora+rope]
     for (std::size_t t = 0; t < T; ++t) {
       float* kvt = kv + t * (kv_lora + rope_dim);
-      kv_a_norm.apply_row(kvt, kvt, kv_lora);
+      if (latent_norms) kv_a_norm.apply_row(kvt, kvt, kv_lora);
       apply_rope<Rope>(rope, interleave, pos0 + t, kvt + kv_lora, 1, rope_dim, rope_tmp);
       apply_rope<Rope>(rope, interleave, pos0 + t, q + t * H * qk + nope, H, qk, rope_tmp);
       kc.latent.store(pos0 + t, kvt);
       kc.k_rope.store(pos0 + t, kvt + kv_lora);
     }
     kc.n = n_keys;
-    if (indexer) SLM_TRY(indexer->select(x, q_latent, T, kc.index_keys, kc.n_index, sel, index_scratch, cx));
+    if (run_indexer) {
+      SLM_TRY(indexer->select(x, q_latent, T, kc.index_keys, kc.n_index, sel, index_scratch, cx));
+      if (sel_out) std::copy(sel, sel + T * top_k, sel_out);
+    }
 
     attention_problem p;
     p.T = T;
@@ -250,9 +313,12 @@ struct basic_mla_attention {
     p.scale = scale;
     p.q2 = q + nope; p.q2_tok = H * qk; p.q2_head = qk; p.d2 = rope_dim;
     p.k2 = kv_view::of(kc.k_rope, 0, 0);
-    if (indexer) {
+    if (run_indexer) {
       p.selected = sel;
       p.sel_stride = p.n_selected = top_k;
+    } else if (shared_sel) {
+      p.selected = shared_sel;
+      p.sel_stride = p.n_selected = shared_k;
     }
     if (absorbed) {
       // q_lat[t, h] = Wkb_h^T q_nope[t, h]: [nope] x [nope, kv_lora] -> [kv_lora] per head,

@@ -51,6 +51,21 @@ struct feed_forward {
     return f;
   }
 
+  // The plain form from two named modules (Megatron: `linear_fc1` [hidden, d] and
+  // `linear_fc2` [d, hidden] under a prefix; GELU for NAM56R's MTP MLP and shared expert).
+  static result<feed_forward> load_plain(const checkpoint& ck, const std::string& up_module,
+                                         const std::string& down_module, std::size_t d, std::size_t hidden,
+                                         activation act) {
+    feed_forward f;
+    f.act = act;
+    auto lu = load_linear(ck, up_module, hidden, d);
+    if (!lu.ok()) return std::move(lu).take_error();
+    f.up = std::move(*lu);
+    auto ld = load_linear(ck, down_module, d, hidden);
+    if (!ld.ok()) return std::move(ld).take_error();
+    f.down = std::move(*ld);
+    return f;
+  }
   // A dense feed-forward layer of a decoder: model.layers.N.mlp.
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::dense; }
   static result<feed_forward> load(const checkpoint& ck, const model_config& c, std::size_t layer) {

@@ -44,3 +44,6 @@
 #include "slm/mhc.hpp"
 #include "slm/nam56r_pattern.hpp"
 #include "slm/model.hpp"
+#include "slm/nam56r.hpp"
+#include "slm/nanochat_mamba.hpp"
+#include "slm/nanochat.hpp"

@@ -1,0 +1,142 @@
+// slm/speculative.hpp - self-speculative decoding with a model's own multi-token-prediction
+// heads (NAM56R's MTP depths, spec nam56r.md §2.7), and the speculative-sampling
+// acceptance rule.
+//
+// One round, after the main model has chosen token x_p:
+//   draft   d_1 .. d_m from the MTP heads: draft({x_p}) gives d_1, draft({x_p, d_1}) gives
+//           d_2, ... (depth i + 1 predicts token p + i + 1);
+//   verify  one main forward over the m + 1 positions {x_p, d_1, .., d_m}: row j holds the
+//           main model's distribution after d_j (row 0: after x_p);
+//   accept  greedy: d_{j+1} is kept while it equals row j's argmax; the first row whose
+//           argmax differs (or row m when every draft is kept) gives the next token for
+//           free. Sampling: speculative_accept() below, per draft in order;
+//   undo    rollback(m - j) drops the rejected drafts from every cache (KV rows, Mamba-3
+//           and M2RNN states, n-gram history), so the session_options::rollback_tokens
+//           of the session must be at least m.
+// Greedy speculation therefore emits exactly the tokens plain greedy decoding emits (up to
+// float rounding between one (m + 1)-position forward and m + 1 single steps, which is
+// far below any argmax margin the tests meet); the test holds it to identity.
+//
+// A session drives this through the members mtp_session names; NAM56R's session is one.
+#pragma once
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "slm/linear.hpp"
+#include "slm/status.hpp"
+
+namespace slm {
+
+template <class S>
+concept mtp_session = requires(S& s, std::span<const std::int32_t> ids, float* logits, compute_context& cx) {
+  { s.forward(ids, std::size_t{}, logits, cx) } -> std::same_as<status>;
+  { s.draft(ids, logits, cx) } -> std::same_as<status>;
+  { s.rollback(std::size_t{}) } -> std::same_as<status>;
+};
+
+struct speculative_stats {
+  std::size_t generated = 0;      // tokens emitted
+  std::size_t main_forwards = 0;  // main-model forward calls, the prompt's included
+  std::size_t drafted = 0, accepted = 0;
+  double acceptance_rate() const noexcept {
+    return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  }
+  // Tokens emitted per main forward after the prompt's (1 without speculation).
+  double tokens_per_forward() const noexcept {
+    return main_forwards > 1 ? static_cast<double>(generated) / static_cast<double>(main_forwards - 1) : 0.0;
+  }
+};
+
+namespace detail::spec {
+inline std::int32_t argmax(const float* v, std::size_t n) noexcept {  // the first maximum, as torch.argmax
+  return static_cast<std::int32_t>(std::max_element(v, v + n) - v);
+}
+}  // namespace detail::spec
+
+// Greedy decoding of n tokens after `prompt` (fed from the session's current position),
+// drafting up to `draft_tokens` tokens per round with the MTP heads (0: plain greedy, one
+// main forward per token). Appends the tokens to `out`; the last one is not fed back (as
+// in plain greedy decoding, it needs no forward of its own). On an error the tokens so
+// far are in `out` and the session holds every token emitted before the failing call.
+template <mtp_session Session>
+status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                           std::size_t vocab, std::vector<std::int32_t>& out, speculative_stats& st,
+                           compute_context& cx) {
+  if (n == 0) return {};
+  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
+  std::vector<float> row(vocab), draft_logits, verify_logits;
+  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
+  ++st.main_forwards;
+  std::int32_t x = detail::spec::argmax(row.data(), vocab);
+  std::vector<std::int32_t> seq;
+  for (;;) {
+    out.push_back(x);
+    ++st.generated;
+    const std::size_t left = n - std::min(n, st.generated);
+    if (left == 0) return {};
+    // At most left - 1 drafts: the round's own next token is then always emitted at the
+    // top of the loop and never fed, so the session ends holding every token but the last.
+    const std::size_t m = std::min(draft_tokens, left - 1);
+    seq.assign(1, x);
+    draft_logits.resize(m * vocab);
+    for (std::size_t i = 0; i < m; ++i) {  // d_{i+1} = argmax of depth i + 1
+      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
+      seq.push_back(detail::spec::argmax(draft_logits.data() + i * vocab, vocab));
+    }
+    st.drafted += m;
+    verify_logits.resize((m + 1) * vocab);
+    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
+    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
+    ++st.main_forwards;
+    std::size_t j = 0;
+    while (j < m && detail::spec::argmax(verify_logits.data() + j * vocab, vocab) == seq[j + 1]) ++j;
+    st.accepted += j;
+    for (std::size_t a = 1; a <= j; ++a) {
+      out.push_back(seq[a]);
+      ++st.generated;
+    }
+    if (m > j) SLM_TRY(s.rollback(m - j));
+    x = detail::spec::argmax(verify_logits.data() + j * vocab, vocab);
+  }
+}
+
+// The speculative-sampling rule for one drafted token (Leviathan et al. 2023, Chen et al.
+// 2023): `token` was drawn from the draft distribution q; it is kept with probability
+// min(1, p(token) / q(token)), else replaced by a draw from max(0, p - q) renormalized.
+// The result is distributed exactly as p. p and q are probabilities over the same
+// vocabulary (each summing to 1); `uniform` returns independent draws in [0, 1).
+// Returns the token to emit; `accepted` says whether it is the draft.
+template <class Uniform>
+  requires std::is_invocable_r_v<double, Uniform&>
+std::int32_t speculative_accept(std::span<const float> p, std::span<const float> q, std::int32_t token,
+                                Uniform& uniform, bool& accepted) {
+  const auto t = static_cast<std::size_t>(token);
+  const double pt = t < p.size() ? p[t] : 0.0, qt = t < q.size() ? q[t] : 0.0;
+  accepted = qt > 0.0 && uniform() * qt < pt;  // u < p / q, without dividing by a tiny q
+  if (accepted) return token;
+  double mass = 0.0;  // sum of max(0, p - q)
+  for (std::size_t i = 0; i < p.size(); ++i) mass += std::max(0.0, static_cast<double>(p[i]) - (i < q.size() ? q[i] : 0.0));
+  if (!(mass > 0.0)) {  // p == q up to rounding: any rejection came from rounding; sample p
+    double u = uniform(), c = 0.0;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if ((c += p[i]) > u) return static_cast<std::int32_t>(i);
+    return static_cast<std::int32_t>(p.size() - 1);
+  }
+  const double u = uniform() * mass;
+  double c = 0.0;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double r = std::max(0.0, static_cast<double>(p[i]) - (i < q.size() ? q[i] : 0.0));
+    if (r > 0.0) last = i;
+    if ((c += r) > u) return static_cast<std::int32_t>(i);
+  }
+  return static_cast<std::int32_t>(last);
+}
+
+}  // namespace slm

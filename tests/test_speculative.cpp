@@ -1,0 +1,188 @@
+// Self-speculative decoding with MTP heads (slm/speculative.hpp): greedy output with
+// speculation is identical to greedy output without it, on the NAM56R tiny model and on
+// a toy session whose drafts are right or wrong on a known schedule (so acceptance,
+// partial acceptance and rejection are all exercised); and the speculative-sampling rule
+// reproduces the target distribution.
+#include "slm/speculative.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "slm/nam56r.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+// A toy model over V tokens: the main model's next token after t is (3 t + 1) mod V; the
+// MTP heads draft that too, except at positions where `wrong` says the draft is off by
+// one. It checks the protocol: drafts only at position >= 1, rows as documented,
+// rollback only of what was fed.
+struct toy_session {
+  std::size_t V = 11;
+  std::vector<std::int32_t> fed;  // tokens consumed
+  std::vector<bool> wrong;        // by the position the draft predicts
+  std::size_t rollbacks = 0;
+
+  std::int32_t next_of(std::int32_t t) const { return static_cast<std::int32_t>((3 * t + 1) % static_cast<std::int32_t>(V)); }
+  void one_hot(float* row, std::int32_t t) const {
+    for (std::size_t v = 0; v < V; ++v) row[v] = v == static_cast<std::size_t>(t) ? 1.0f : 0.0f;
+  }
+  slm::status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, slm::compute_context&) {
+    for (std::int32_t t : ids) fed.push_back(t);
+    for (std::size_t r = 0; r < rows; ++r) one_hot(logits + r * V, next_of(ids[ids.size() - rows + r]));
+    return {};
+  }
+  // next = {x_p, d_1, ..}: row i predicts token p + i + 1 (x_p is token p = fed.size()).
+  slm::status draft(std::span<const std::int32_t> next, float* logits, slm::compute_context&) {
+    if (fed.empty()) return slm::make_error(slm::errc::invalid_argument, "draft before any token");
+    for (std::size_t i = 0; i < next.size(); ++i) {
+      const std::size_t target = fed.size() + i + 1;
+      const std::int32_t guess = next_of(next[i]);
+      const bool off = target < wrong.size() && wrong[target];
+      one_hot(logits + i * V, off ? static_cast<std::int32_t>((guess + 1) % static_cast<std::int32_t>(V)) : guess);
+    }
+    return {};
+  }
+  slm::status rollback(std::size_t n) {
+    if (n > fed.size()) return slm::make_error(slm::errc::out_of_range, "rollback past the start");
+    fed.resize(fed.size() - n);
+    ++rollbacks;
+    return {};
+  }
+};
+static_assert(slm::mtp_session<toy_session>);
+
+std::vector<std::int32_t> plain_greedy(toy_session s, std::span<const std::int32_t> prompt, std::size_t n) {
+  std::vector<std::int32_t> out;
+  slm::speculative_stats st;
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  EXPECT_TRUE(slm::generate_greedy_mtp(s, prompt, n, 0, s.V, out, st, cx).ok());
+  EXPECT_EQ(st.main_forwards, n);  // the prompt's, then one per token but the last
+  return out;
+}
+
+}  // namespace
+
+TEST(Speculative, ToySessionMatchesPlainGreedyOnEveryDraftSchedule) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  const std::vector<std::int32_t> prompt = {4, 7, 2};
+  std::mt19937 rng(5);
+  for (std::size_t k : {1u, 2u, 3u}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      toy_session s;
+      s.wrong.resize(64);
+      for (std::size_t i = 0; i < s.wrong.size(); ++i) s.wrong[i] = (rng() % 3) == 0;
+      if (trial == 0) std::fill(s.wrong.begin(), s.wrong.end(), false);  // every draft right
+      if (trial == 1) std::fill(s.wrong.begin(), s.wrong.end(), true);   // every draft wrong
+      const std::size_t n = 5 + static_cast<std::size_t>(trial);
+      const auto ref = plain_greedy(s, prompt, n);
+      std::vector<std::int32_t> out;
+      slm::speculative_stats st;
+      ASSERT_TRUE(slm::generate_greedy_mtp(s, prompt, n, k, s.V, out, st, cx).ok());
+      EXPECT_EQ(out, ref) << "k = " << k << ", trial " << trial;
+      EXPECT_EQ(st.generated, n);
+      // The session holds the prompt and every emitted token but the last.
+      EXPECT_EQ(s.fed.size(), prompt.size() + n - 1);
+      if (trial == 0) {  // all accepted: k + 1 tokens per verify
+        EXPECT_EQ(st.accepted, st.drafted);
+        EXPECT_EQ(s.rollbacks, 0u);
+        EXPECT_LE(st.main_forwards, 2 + (n + k) / (k + 1));
+      }
+      if (trial == 1) {
+        EXPECT_EQ(st.accepted, 0u);
+      }
+    }
+  }
+}
+
+// The NAM56R tiny model (random weights, 2 MTP depths): speculation with 1 and 2 drafts
+// emits exactly plain greedy's tokens for several prompts; every rejected draft is rolled
+// back through the Mamba-3, M2RNN, KV and n-gram states.
+TEST(Speculative, Nam56rGreedyIdenticalWithAndWithoutMtp) {
+  auto m = slm::nam56r_model::load(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto pool = slm::thread_pool::create(2);
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = slm::activation_precision::f32;
+  const std::size_t V = m->vocab(), n = 24;
+  const std::vector<std::vector<std::int32_t>> prompts = {{1, 2, 3, 4, 5}, {17}, {9, 9, 9, 40, 41, 42, 43, 7}};
+  std::size_t drafted = 0, accepted = 0;
+  for (const auto& prompt : prompts) {
+    slm::session_options o;
+    o.rollback_tokens = 2;
+    std::vector<std::int32_t> ref;
+    {
+      auto s = m->new_session(o);
+      slm::speculative_stats st;
+      ASSERT_TRUE(slm::generate_greedy_mtp(s, prompt, n, 0, V, ref, st, cx).ok());
+    }
+    for (std::size_t k : {1u, 2u}) {
+      auto s = m->new_session(o);
+      std::vector<std::int32_t> out;
+      slm::speculative_stats st;
+      auto r = slm::generate_greedy_mtp(s, prompt, n, k, V, out, st, cx);
+      ASSERT_TRUE(r.ok()) << r.message();
+      EXPECT_EQ(out, ref) << "k = " << k;
+      EXPECT_EQ(s.position(), prompt.size() + n - 1);
+      drafted += st.drafted;
+      accepted += st.accepted;
+    }
+  }
+  EXPECT_GT(drafted, 0u);
+  std::printf("[ figures  ] tiny NAM56R (random weights): %zu of %zu drafts accepted\n", accepted, drafted);
+}
+
+// Without enough kept recurrent history the rollback of rejected drafts is refused, and
+// the error says why.
+TEST(Speculative, Nam56rNeedsRollbackHistory) {
+  auto m = slm::nam56r_model::load(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  auto s = m->new_session();  // rollback_tokens 0
+  std::vector<std::int32_t> out;
+  slm::speculative_stats st;
+  const std::vector<std::int32_t> prompt = {1, 2, 3};
+  const slm::status r = slm::generate_greedy_mtp(s, prompt, 16, 2, m->vocab(), out, st, cx);
+  if (st.accepted == st.drafted) GTEST_SKIP() << "every draft accepted: no rollback happened";
+  EXPECT_TRUE(slm_test::fails_with(r, slm::errc::unsupported, {"rollback_tokens"}));
+}
+
+// Drafts drawn from q, accepted or replaced by the rule, are distributed as p (chi-square
+// over 6 tokens, 200k draws: the 99.9 % quantile of chi2(5) is 20.5).
+TEST(Speculative, SamplingRuleReproducesTheTarget) {
+  const std::vector<float> p = {0.05f, 0.30f, 0.10f, 0.25f, 0.0f, 0.30f};
+  const std::vector<float> q = {0.20f, 0.10f, 0.10f, 0.40f, 0.15f, 0.05f};
+  std::mt19937_64 rng(11);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  auto uniform = [&] { return u01(rng); };
+  std::discrete_distribution<int> from_q(q.begin(), q.end());
+  const int N = 200000;
+  std::vector<double> count(p.size(), 0.0);
+  int kept = 0;
+  for (int i = 0; i < N; ++i) {
+    bool accepted = false;
+    const std::int32_t t = slm::speculative_accept(p, q, from_q(rng), uniform, accepted);
+    ASSERT_GE(t, 0);
+    ASSERT_LT(static_cast<std::size_t>(t), p.size());
+    count[static_cast<std::size_t>(t)] += 1;
+    kept += accepted;
+  }
+  double chi2 = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    if (p[i] == 0.0f) {
+      EXPECT_EQ(count[i], 0.0) << "token " << i << " has p = 0";
+      continue;
+    }
+    const double e = N * static_cast<double>(p[i]);
+    chi2 += (count[i] - e) * (count[i] - e) / e;
+  }
+  EXPECT_LT(chi2, 20.5);
+  // Acceptance probability = sum_x min(p, q) = 0.05 + 0.1 + 0.1 + 0.25 + 0 + 0.05 = 0.55.
+  EXPECT_NEAR(static_cast<double>(kept) / N, 0.55, 0.01);
+}
