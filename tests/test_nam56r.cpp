@@ -21,6 +21,7 @@
 
 #include "slm/convert.hpp"
 #include "slm/nam56r.hpp"
+#include "slm/specialist.hpp"
 #include "slm/safetensors.hpp"
 #include "test_helpers.hpp"
 
@@ -790,6 +791,29 @@ TEST(Nam56r, Nvfp4QuantizedModelLoadsAndRuns) {
   }
   std::printf("[ figures  ] mean correlation of the NVFP4 model's logit rows with the bf16 model's: %.3f\n", mean_corr);
   EXPECT_GT(mean_corr, 0.8);
+}
+
+// A specialist named as a type gets exactly that model or an error naming the mismatch.
+TEST(Nam56r, SpecialistTypeChecksItsComposition) {
+  namespace part = slm::part;
+  const auto dir = slm_test::test_data("nam56r/tiny");
+  using full = slm::specialist<slm::format::any, slm::pattern<"AEMEAEMEAEMR">, part::mla, part::dsa, part::moe,
+                               part::mamba3, part::m2rnn, part::ngram_hash, part::mtp>;
+  auto ok = full::load(dir);
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  EXPECT_EQ(ok->vocab(), 100u);
+  using no_m2rnn = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
+                                   part::ngram_hash, part::mtp>;
+  EXPECT_TRUE(slm_test::fails_with(no_m2rnn::load(dir), slm::errc::unsupported, {"layer 11", "M2RNN"}));
+  using other = slm::specialist<slm::format::any, slm::pattern<"AEME">, part::mla, part::dsa, part::moe, part::mamba3,
+                                part::m2rnn, part::ngram_hash, part::mtp>;
+  EXPECT_TRUE(slm_test::fails_with(other::load(dir), slm::errc::unsupported, {"\"AEMEAEMEAEMR\"", "\"AEME\""}));
+  using no_mtp = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
+                                 part::m2rnn, part::ngram_hash>;
+  EXPECT_TRUE(slm_test::fails_with(no_mtp::load(dir), slm::errc::unsupported, {"2 MTP depths"}));
+  using nvfp4 = slm::specialist<slm::format::nvfp4, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
+                                part::m2rnn, part::ngram_hash, part::mtp>;
+  EXPECT_TRUE(slm_test::fails_with(nvfp4::load(dir), slm::errc::unsupported, {"expects nvfp4"}));
 }
 
 TEST(Nam56r, BadConfig) {

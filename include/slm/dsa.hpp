@@ -26,6 +26,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <utility>
 #include <cmath>
@@ -132,23 +133,31 @@ struct lightning_indexer {
     ix.use_relu = c.use_relu;
     ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.n_heads * c.head_dim)));
     ix.dot_scale = 1.0f;
-    auto q = load_linear(ck, prefix + ".linear_wq_b", c.n_heads * c.head_dim, c.q_lora);
+    SLM_TRY(load_weights(ck, prefix, {".linear_wq_b", ".linear_wk", ".linear_weights_proj"}, c.q_lora, c.hidden, ix));
+    ix.k_norm.eps = 1e-5f;  // Megatron's LayerNorm(eps = layernorm_epsilon)
+    return ix;
+  }
+
+  // The three projections and the key LayerNorm (weight + bias) of an indexer whose
+  // n_heads / head_dim are set, under either checkpoint's names {wq_b, wk, weights_proj}.
+  static status load_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
+                             std::size_t q_in, std::size_t hidden, lightning_indexer& ix) {
+    auto q = load_linear(ck, prefix + names[0], ix.n_heads * ix.head_dim, q_in);
     if (!q.ok()) return std::move(q).take_error();
-    auto k = load_linear(ck, prefix + ".linear_wk", c.head_dim, c.hidden);
+    auto k = load_linear(ck, prefix + names[1], ix.head_dim, hidden);
     if (!k.ok()) return std::move(k).take_error();
-    auto w = load_linear(ck, prefix + ".linear_weights_proj", c.n_heads, c.hidden);
+    auto w = load_linear(ck, prefix + names[2], ix.n_heads, hidden);
     if (!w.ok()) return std::move(w).take_error();
-    auto nw = load_vector(ck, prefix + ".k_norm.weight", c.head_dim);
+    auto nw = load_vector(ck, prefix + ".k_norm.weight", ix.head_dim);
     if (!nw.ok()) return std::move(nw).take_error();
-    auto nb = load_vector(ck, prefix + ".k_norm.bias", c.head_dim);
+    auto nb = load_vector(ck, prefix + ".k_norm.bias", ix.head_dim);
     if (!nb.ok()) return std::move(nb).take_error();
     ix.wq_b = std::move(*q);
     ix.wk = std::move(*k);
     ix.weights_proj = std::move(*w);
     ix.k_norm.weight = std::move(*nw);
     ix.k_norm.bias = std::move(*nb);
-    ix.k_norm.eps = 1e-5f;  // Megatron's LayerNorm(eps = layernorm_epsilon)
-    return ix;
+    return {};
   }
 
   static result<lightning_indexer> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
@@ -157,21 +166,7 @@ struct lightning_indexer {
     ix.head_dim = c.index_head_dim;
     ix.top_k = c.index_topk;
     ix.rope = rope_table::make(c.rope, c.qk_rope_dim);
-    auto q = load_linear(ck, prefix + ".wq_b", c.index_heads * c.index_head_dim, c.q_lora_rank);
-    if (!q.ok()) return std::move(q).take_error();
-    auto k = load_linear(ck, prefix + ".wk", c.index_head_dim, c.hidden);
-    if (!k.ok()) return std::move(k).take_error();
-    auto w = load_linear(ck, prefix + ".weights_proj", c.index_heads, c.hidden);
-    if (!w.ok()) return std::move(w).take_error();
-    auto nw = load_vector(ck, prefix + ".k_norm.weight", c.index_head_dim);
-    if (!nw.ok()) return std::move(nw).take_error();
-    auto nb = load_vector(ck, prefix + ".k_norm.bias", c.index_head_dim);
-    if (!nb.ok()) return std::move(nb).take_error();
-    ix.wq_b = std::move(*q);
-    ix.wk = std::move(*k);
-    ix.weights_proj = std::move(*w);
-    ix.k_norm.weight = std::move(*nw);
-    ix.k_norm.bias = std::move(*nb);
+    SLM_TRY(load_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
     ix.k_norm.eps = 1e-6f;  // fixed in the reference (nn.LayerNorm(head_dim, eps=1e-6))
     ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_heads)));
     ix.dot_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_head_dim)));

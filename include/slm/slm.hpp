@@ -47,3 +47,5 @@
 #include "slm/nam56r.hpp"
 #include "slm/nanochat_mamba.hpp"
 #include "slm/nanochat.hpp"
+#include "slm/speculative.hpp"
+#include "slm/specialist.hpp"

@@ -47,9 +47,10 @@ struct speculative_stats {
   double acceptance_rate() const noexcept {
     return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
   }
-  // Tokens emitted per main forward after the prompt's (1 without speculation).
+  // Tokens emitted per main forward, the prompt's included (it yields the first token):
+  // 1 without speculation, up to k + 1 with k drafts all accepted.
   double tokens_per_forward() const noexcept {
-    return main_forwards > 1 ? static_cast<double>(generated) / static_cast<double>(main_forwards - 1) : 0.0;
+    return main_forwards ? static_cast<double>(generated) / static_cast<double>(main_forwards) : 0.0;
   }
 };
 
