@@ -341,6 +341,13 @@ TEST(modelConfigErrors, MissingOrBadSizesNameTheKey) {
                          {"\"rms_norm_eps\""}));
   EXPECT_TRUE(fails_with(parse_edited("llama", [](value& c) { c.set("rms_norm_eps", -1e-5); }), errc::format_error,
                          {"\"rms_norm_eps\""}));
+  // Zero sizes of the state-space configs (found by fuzz_model_config: a mamba2 config
+  // with vocab_size 0 was accepted).
+  for (const char* arch : {"mamba2", "nemotron_h"})
+    for (const char* key : {"vocab_size", "hidden_size"})
+      EXPECT_TRUE(fails_with(parse_edited(arch, [&](value& c) { c.set(key, 0); }), errc::format_error,
+                             {"vocab_size and hidden_size must be positive"}))
+          << arch << " " << key;
   // The hybrid models' spelling too (found by fuzz_model_config: 0 was accepted).
   EXPECT_TRUE(fails_with(parse_edited("nemotron_h", [](value& c) { c.set("layer_norm_epsilon", 0.0); }),
                          errc::format_error, {"\"layer_norm_epsilon\""}));

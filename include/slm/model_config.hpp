@@ -195,6 +195,8 @@ inline result<model_config> model_config::from_json_mamba_style(const json::valu
   }
   SLM_TRY(r.size("vocab_size", c.vocab, true, std::size_t{1} << 26));
   SLM_TRY(r.size("hidden_size", c.hidden, true, std::size_t{1} << 20));
+  if (c.vocab == 0 || c.hidden == 0)
+    return make_error(errc::format_error, "config.json: vocab_size and hidden_size must be positive");
   SLM_TRY(r.number("layer_norm_epsilon", c.norm_eps));
   if (!(c.norm_eps > 0)) return make_error(errc::format_error, "config.json: \"layer_norm_epsilon\" must be positive");
   c.ssm_eps = c.norm_eps;
