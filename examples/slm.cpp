@@ -3,9 +3,11 @@
 //   slm inspect --model DIR|FILE.safetensors [--no-tensors]
 //   slm logits --model DIR --ids ID,... --out FILE.safetensors [--mode full|incremental] [--prefill P]
 //              [--kv f32|bf16] [--mla auto|expanded|absorbed] [--act f32|bf16|int8] [--threads N]
-//   slm run --model DIR --prompt-ids ID,... [-n N] [--kv ...] [--mla ...] [--act ...] [--threads N]
-//           [--speculative none|mtp] [--draft K]
-//   slm bench --kernels [--quick] [--threads N]
+//   slm run --model DIR (--prompt TEXT | --prompt-ids ID,... | --fim-prefix TEXT --fim-suffix TEXT)
+//           [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stream] [--stop STR]...
+//           [--kv ...] [--mla ...] [--act ...] [--threads N] [--speculative none|mtp] [--draft K]
+//   slm tokenize --model DIR (--text TEXT | --file PATH)      slm detokenize --model DIR --ids ID ...
+//   slm bench --kernels [--quick] [--threads N]  |  slm bench --model DIR [--prompt-tokens N] [--gen-tokens N]
 //   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
 //
@@ -15,6 +17,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
+#include <limits>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -30,6 +35,8 @@
 #include "slm/nanochat.hpp"
 #include "slm/slm.hpp"
 #include "slm/speculative.hpp"
+#include "slm/generate.hpp"
+#include "slm/tokenizer.hpp"
 
 namespace {
 
@@ -171,6 +178,13 @@ int cmd_inspect(const args& a) {
     print_tensors([&](std::size_t i) -> const auto& { return f->tensors()[i]; }, f->tensors().size(), list);
     return 0;
   }
+  std::error_code ec2;
+  if (!std::filesystem::exists(path / "config.json", ec2) && std::filesystem::exists(path / "tokenizer.json", ec2)) {
+    auto tok = slm::tokenizer::load_dir(path);  // a tokenizer-only directory
+    if (!tok.ok()) return fail(tok.error());
+    std::printf("tokenizer %s\n          %s\n", (path / "tokenizer.json").string().c_str(), tok->summary().c_str());
+    return 0;
+  }
   auto ck = slm::checkpoint::open(path);
   if (!ck.ok()) return fail(ck.error());
   std::printf("model     %s\n", path.string().c_str());
@@ -178,6 +192,13 @@ int cmd_inspect(const args& a) {
   std::printf("files     %zu safetensors file%s%s%s%s\n", ck->shards().size(), ck->shards().size() == 1 ? "" : "s",
               ck->generation_config() ? ", generation_config.json" : "",
               ck->hf_quant_config() ? ", hf_quant_config.json" : "", ck->has_tokenizer() ? ", tokenizer.json" : "");
+  if (ck->has_tokenizer()) {
+    auto tok = slm::tokenizer::load_dir(path);
+    if (!tok.ok()) return fail(tok.error());
+    const auto& sp = tok->specials();
+    std::printf("tokenizer %s; bos %d eos %d pad %d unk %d, fim %d/%d/%d\n", tok->summary().c_str(), sp.bos, sp.eos,
+                sp.pad, sp.unk, sp.fim_prefix, sp.fim_suffix, sp.fim_middle);
+  }
   if (const auto* q = ck->quantization_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
   if (const auto* q = ck->hf_quant_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
   const slm::json::value& type = ck->config()["model_type"];
@@ -345,27 +366,175 @@ int cmd_logits(const args& a) {
 
 // slm run: greedy generation from prompt ids; prints the N generated ids on one line.
 // No stop token ends it early (stop tokens and text come with the tokenizer).
+// A floating-point option, or `fallback` when absent.
+slm::result<float> parse_float(const args& a, std::string_view key, float fallback) {
+  const std::string_view t = a.get(key);
+  if (t.empty()) return fallback;
+  float v = 0;
+  const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+  if (r.ec != std::errc() || r.ptr != t.data() + t.size())
+    return slm::make_error(slm::errc::invalid_argument, "--", key, " needs a number, got '", t, "'");
+  return v;
+}
+
+// The sampling settings: generation_config.json's as transformers reads them (do_sample
+// false or absent: greedy; temperature, top_k, top_p, min_p, repetition_penalty), then
+// the command line over them. --temp 0 is greedy.
+slm::result<slm::sampler_config> parse_sampling(const args& a, const slm::json::value* gen) {
+  slm::sampler_config c;
+  c.temperature = 0.0f;
+  if (gen && gen->get_bool("do_sample", false)) {
+    c.temperature = static_cast<float>(gen->get_double("temperature", 1.0));
+    c.top_k = static_cast<std::int32_t>(gen->get_int64("top_k", 50));  // transformers' default top_k is 50
+    c.top_p = static_cast<float>(gen->get_double("top_p", 1.0));
+    c.min_p = static_cast<float>(gen->get_double("min_p", 0.0));
+  }
+  if (gen) c.repetition_penalty = static_cast<float>(gen->get_double("repetition_penalty", 1.0));
+  auto f = [&](std::string_view key, float& slot) -> slm::status {
+    auto v = parse_float(a, key, slot);
+    if (!v.ok()) return std::move(v).error();
+    slot = *v;
+    return {};
+  };
+  SLM_TRY(f("temp", c.temperature));
+  SLM_TRY(f("top-p", c.top_p));
+  SLM_TRY(f("min-p", c.min_p));
+  SLM_TRY(f("repeat-penalty", c.repetition_penalty));
+  SLM_TRY(f("frequency-penalty", c.frequency_penalty));
+  SLM_TRY(f("presence-penalty", c.presence_penalty));
+  if (a.has("top-k")) {
+    float k = 0;
+    SLM_TRY(f("top-k", k));
+    if (k < 0 || k != static_cast<float>(static_cast<std::int32_t>(k)))
+      return slm::make_error(slm::errc::invalid_argument, "--top-k needs a non-negative integer");
+    c.top_k = static_cast<std::int32_t>(k);
+  }
+  if (a.has("repeat-last-n")) {
+    float n = 0;
+    SLM_TRY(f("repeat-last-n", n));
+    c.penalty_last_n = static_cast<std::int32_t>(n);
+  }
+  if (const std::string_view seed = a.get("seed"); !seed.empty()) {
+    const auto r = std::from_chars(seed.data(), seed.data() + seed.size(), c.seed);
+    if (r.ec != std::errc() || r.ptr != seed.data() + seed.size())
+      return slm::make_error(slm::errc::invalid_argument, "--seed needs a non-negative integer, got '", seed, "'");
+  }
+  for (const std::string& b : a.all("logit-bias")) {  // ID=BIAS, BIAS may be -inf
+    const auto eq = b.find('=');
+    std::int32_t id = -1;
+    float bias = 0;
+    const bool ok = eq != std::string::npos &&
+                    std::from_chars(b.data(), b.data() + eq, id).ptr == b.data() + eq && id >= 0 &&
+                    (b.substr(eq + 1) == "-inf" ? (bias = -std::numeric_limits<float>::infinity(), true)
+                                                : std::from_chars(b.data() + eq + 1, b.data() + b.size(), bias).ptr ==
+                                                      b.data() + b.size());
+    if (!ok) return slm::make_error(slm::errc::invalid_argument, "--logit-bias needs ID=BIAS (e.g. 42=-inf), got '", b, "'");
+    c.logit_bias.emplace_back(id, bias);
+  }
+  return c;
+}
+
+// The ids that end generation: the tokenizer's EOS and every eos_token_id of config.json
+// and generation_config.json (an integer or a list).
+std::vector<std::int32_t> stop_ids(const slm::checkpoint& ck, const slm::tokenizer* tok) {
+  std::vector<std::int32_t> ids;
+  auto add = [&](const slm::json::value& v) {
+    if (auto n = v.as_int64(); n && *n >= 0) ids.push_back(static_cast<std::int32_t>(*n));
+    for (const auto& x : v.items())
+      if (auto n = x.as_int64(); n && *n >= 0) ids.push_back(static_cast<std::int32_t>(*n));
+  };
+  add(ck.config()["eos_token_id"]);
+  if (const auto* g = ck.generation_config()) add((*g)["eos_token_id"]);
+  if (tok && tok->specials().eos >= 0) ids.push_back(tok->specials().eos);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+// The tokenizer of a model directory: tokenizer.json (+ tokenizer_config.json), or
+// nullopt when the directory has none.
+slm::result<std::optional<slm::tokenizer>> load_tokenizer(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / "tokenizer.json", ec)) return std::optional<slm::tokenizer>();
+  auto t = slm::tokenizer::load_dir(dir);
+  if (!t.ok()) return std::move(t).error();
+  return std::optional<slm::tokenizer>(std::move(*t));
+}
+
+// slm run: generation. The prompt is text (--prompt, encoded with the model's tokenizer,
+// BOS as its post-processor says), ids (--prompt-ids: the output is ids too) or a
+// fill-in-the-middle pair (--fim-prefix/--fim-suffix: prefix, suffix, then the model
+// writes the middle). Greedy unless generation_config.json or --temp says otherwise.
 int cmd_run(const args& a) {
   const std::string_view model = a.get("model");
-  if (model.empty() || !a.has("prompt-ids")) return usage_error("run needs --model DIR and --prompt-ids ID,ID,...");
-  auto prompt = parse_ids("prompt-ids", a.get("prompt-ids"));
-  if (!prompt.ok()) return usage_error(prompt.error().message());
-  auto n = parse_count(a, "tokens", 16);
+  const bool ids_mode = a.has("prompt-ids"), text_mode = a.has("prompt"),
+             fim_mode = a.has("fim-prefix") || a.has("fim-suffix"), resume = a.has("load-state");
+  if (model.empty() || (ids_mode + text_mode + fim_mode != 1 && !(resume && ids_mode + text_mode + fim_mode == 0)))
+    return usage_error("run needs --model DIR and one of --prompt TEXT, --prompt-ids ID,ID,... or --fim-prefix/--fim-suffix");
+  std::vector<std::int32_t> prompt;
+  if (ids_mode) {
+    auto p = parse_ids("prompt-ids", a.get("prompt-ids"));
+    if (!p.ok()) return usage_error(p.error().message());
+    prompt = std::move(*p);
+  }
+  auto n = parse_count(a, "tokens", ids_mode ? 16 : 128);
   if (!n.ok()) return usage_error(slm::cat(n.error().message(), " (-n)"));
   auto opt = parse_run_options(a);
   if (!opt.ok()) return usage_error(opt.error().message());
+  if (auto ctx = parse_count(a, "ctx", 0); !ctx.ok()) return usage_error(ctx.error().message());
+  else if (*ctx) opt->session.max_tokens = *ctx;
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
-
   const std::string_view spec = a.get("speculative", "none");
   if (spec != "none" && spec != "mtp") return usage_error(slm::cat("--speculative must be none or mtp, not '", spec, "'"));
   auto drafts = parse_count(a, "draft", 0);
   if (!drafts.ok()) return usage_error(drafts.error().message());
+
+  const std::filesystem::path dir{std::string(model)};
+  auto ck = slm::checkpoint::open(dir);
+  if (!ck.ok()) return fail(ck.error());
+  auto sampling = parse_sampling(a, ck->generation_config());
+  if (!sampling.ok()) return usage_error(sampling.error().message());
+  auto tok = load_tokenizer(dir);
+  if (!tok.ok()) return fail(tok.error());
+  const slm::tokenizer* t = *tok ? &**tok : nullptr;
+  if (!ids_mode && !t) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (use --prompt-ids)"));
+  if (text_mode) {
+    slm::encode_options eo;
+    eo.parse_special = !a.has("no-parse-special");
+    auto p = t->encode(a.get("prompt"), eo);
+    if (!p.ok()) return fail(p.error());
+    prompt = std::move(*p);
+    if (prompt.empty() && t->specials().bos >= 0) prompt.push_back(t->specials().bos);
+  } else if (fim_mode) {
+    const std::string_view order = a.get("fim-order", "psm");
+    if (order != "psm" && order != "spm") return usage_error(slm::cat("--fim-order must be psm or spm, not '", order, "'"));
+    auto p = slm::fim_prompt(*t, a.get("fim-prefix"), a.get("fim-suffix"),
+                             order == "psm" ? slm::fim_order::psm : slm::fim_order::spm);
+    if (!p.ok()) return fail(p.error());
+    prompt = std::move(*p);
+  }
+  slm::generation_options go;
+  go.max_new_tokens = *n;
+  if (!a.has("ignore-eos")) go.stop_tokens = stop_ids(*ck, t);
+  go.stop_strings = a.all("stop");
+  const bool stream = a.has("stream");
+
   return with_model(model, [&](const auto& m) -> int {
     const std::size_t V = m.vocab();
-    if (auto s = check_vocab("prompt-ids", *prompt, V); !s.ok()) return usage_error(s.message());
+    if (auto s = check_vocab(ids_mode ? "prompt-ids" : "prompt", prompt, V); !s.ok()) return usage_error(s.message());
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = opt->act;
+    auto print_ids = [](const std::vector<std::int32_t>& ids) {
+      std::string line;
+      for (std::size_t i = 0; i < ids.size(); ++i) line += slm::cat(i ? "," : "", ids[i]);
+      std::printf("%s\n", line.c_str());
+    };
     if (spec == "mtp") {  // self-speculative: drafts from the model's MTP heads, same greedy ids
       if constexpr (slm::mtp_session<decltype(m.new_session())>) {
+        if (sampling->temperature != 0.0f)
+          return usage_error("--speculative mtp decodes greedily: use --temp 0 (sampled speculation is not in slm run yet)");
+        if (resume || a.has("save-state")) return usage_error("--speculative mtp does not take --load-state / --save-state");
         const std::size_t depths = m.config().mtp_num_layers;
         if (depths == 0) return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
         const std::size_t k = *drafts ? *drafts : depths;
@@ -373,14 +542,19 @@ int cmd_run(const args& a) {
         slm::session_options o = opt->session;
         o.rollback_tokens = std::max(o.rollback_tokens, k);  // rejected drafts are rolled back
         auto session = m.new_session(o);
-        slm::compute_context cx{*pool};
-        cx.quantized_activations = opt->act;
         std::vector<std::int32_t> out;
         slm::speculative_stats st;
-        if (auto s = slm::generate_greedy_mtp(session, *prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
-        std::string line;
-        for (std::size_t i = 0; i < out.size(); ++i) line += slm::cat(i ? "," : "", out[i]);
-        std::printf("%s\n", line.c_str());
+        if (auto s = slm::generate_greedy_mtp(session, prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
+        if (ids_mode) {
+          print_ids(out);
+        } else {  // the same stop rule as plain generation, applied afterwards
+          auto cut = std::find_first_of(out.begin(), out.end(), go.stop_tokens.begin(), go.stop_tokens.end());
+          out.erase(cut, out.end());
+          auto text = t->decode(out);
+          if (!text.ok()) return fail(text.error());
+          std::fwrite(text->data(), 1, text->size(), stdout);
+          std::printf("\n");
+        }
         std::fprintf(stderr, "slm: mtp: %zu drafted, %zu accepted (%.1f %%), %.2f tokens per main forward\n", st.drafted,
                      st.accepted, 100.0 * st.acceptance_rate(), st.tokens_per_forward());
         return 0;
@@ -389,21 +563,91 @@ int cmd_run(const args& a) {
                                     "--speculative mtp: this model has no MTP drafting in slm (NAM56R models do)"));
       }
     }
-    std::vector<float> logits(V);
-    slm::compute_context cx{*pool};
-    cx.quantized_activations = opt->act;
-    auto session = m.new_session(opt->session);
-    if (auto s = session.forward(*prompt, 1, logits.data(), cx); !s.ok()) return fail(s);
-    std::string line;
-    for (std::size_t i = 0; i < *n; ++i) {
-      const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
-      line += slm::cat(i ? "," : "", next);
-      if (i + 1 < *n)  // the last id needs no forward of its own
-        if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
+    slm::generator gen(m.new_session(opt->session), t, V, *sampling);
+    if (auto s = gen.validate(); !s.ok()) return usage_error(s.message());
+    if (resume)
+      if (auto s = gen.load(std::string(a.get("load-state"))); !s.ok()) return fail(s);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!prompt.empty())
+      if (auto s = gen.prefill(prompt, cx); !s.ok()) return fail(s);
+    const double prefill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    auto r = gen.generate(go, cx, [&](std::string_view piece) {
+      if (stream && !ids_mode) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      return true;
+    });
+    if (!r.ok()) return fail(r.error());
+    if (ids_mode) print_ids(r->tokens);
+    else {
+      if (!stream) std::fwrite(r->text.data(), 1, r->text.size(), stdout);
+      std::printf("\n");
     }
-    std::printf("%s\n", line.c_str());
+    if (a.has("save-state"))
+      if (auto s = gen.save(std::string(a.get("save-state"))); !s.ok()) return fail(s);
+    std::fprintf(stderr, "slm: %zu prompt tokens in %.3f s, %zu generated in %.3f s (%.1f tok/s), stop: %.*s\n",
+                 prompt.size(), prefill_s, r->tokens.size(), r->seconds,
+                 r->seconds > 0 ? static_cast<double>(r->tokens.size()) / r->seconds : 0.0,
+                 static_cast<int>(slm::to_string(r->reason).size()), slm::to_string(r->reason).data());
     return 0;
   });
+}
+
+// Token ids as printed by `slm tokenize` (spaces) or used by --prompt-ids (commas).
+slm::result<std::vector<std::int32_t>> parse_id_list(std::string_view text) {
+  std::string joined(text);
+  for (char& c : joined)
+    if (c == ' ' || c == '\t' || c == '\n') c = ',';
+  std::string_view v = joined;
+  while (!v.empty() && v.front() == ',') v.remove_prefix(1);
+  while (!v.empty() && v.back() == ',') v.remove_suffix(1);
+  std::string collapsed;
+  for (char c : v)
+    if (!(c == ',' && !collapsed.empty() && collapsed.back() == ',')) collapsed.push_back(c);
+  return parse_ids("ids", collapsed);
+}
+
+// slm tokenize: the ids of a text, space-separated on one line. The directory may hold
+// only a tokenizer.json.
+int cmd_tokenize(const args& a) {
+  const std::string_view model = a.get("model");
+  if (model.empty() || a.has("text") == a.has("file")) return usage_error("tokenize needs --model DIR and one of --text TEXT or --file PATH");
+  auto tok = slm::tokenizer::load_dir(std::filesystem::path(std::string(model)));
+  if (!tok.ok()) return fail(tok.error());
+  std::string text;
+  if (a.has("file")) {
+    auto f = slm::read_text_file(std::string(a.get("file")), std::size_t{1} << 30);
+    if (!f.ok()) return fail(f.error());
+    text = std::move(*f);
+  } else {
+    text = std::string(a.get("text"));
+  }
+  slm::encode_options eo;
+  eo.add_special_tokens = !a.has("no-add-special");
+  eo.parse_special = !a.has("no-parse-special");
+  auto ids = tok->encode(text, eo);
+  if (!ids.ok()) return fail(ids.error());
+  std::string line;
+  for (std::size_t i = 0; i < ids->size(); ++i) line += slm::cat(i ? " " : "", (*ids)[i]);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+// slm detokenize: the exact bytes of ids on stdout (no newline added).
+int cmd_detokenize(const args& a) {
+  const std::string_view model = a.get("model");
+  if (model.empty() || !a.has("ids")) return usage_error("detokenize needs --model DIR and --ids ID ...");
+  auto ids = parse_id_list(a.get("ids"));
+  if (!ids.ok()) return usage_error(ids.error().message());
+  auto tok = slm::tokenizer::load_dir(std::filesystem::path(std::string(model)));
+  if (!tok.ok()) return fail(tok.error());
+  slm::decode_options d;
+  d.skip_special_tokens = a.has("skip-special");
+  auto text = tok->decode(*ids, d);
+  if (!text.ok()) return fail(text.error());
+  std::fwrite(text->data(), 1, text->size(), stdout);
+  return 0;
 }
 
 int cmd_quantize(const args& a) {
@@ -449,8 +693,82 @@ int cmd_quantize(const args& a) {
 // "FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
 // FORMAT is the weight format, suffixed _w4a8 (int8 activations) or _bf16act (bf16
 // activations) for the opt-in reduced-precision paths.
+// The weight bytes a decode step reads, estimated from the checkpoint: every tensor but
+// the input embedding table (one row of it is read), routed experts scaled by
+// top-k / experts. Norms and biases count; KV-cache reads do not (short contexts).
+std::uint64_t weight_bytes_per_token(const slm::checkpoint& ck) {
+  const slm::json::value& c = ck.config();
+  double experts = 0, top_k = 0;
+  for (const char* k : {"num_experts", "n_routed_experts", "num_local_experts", "num_moe_experts"})
+    if (c.find(k) && c[k].as_int64()) experts = static_cast<double>(*c[k].as_int64());
+  for (const char* k : {"num_experts_per_tok", "moe_router_topk"})
+    if (c.find(k) && c[k].as_int64()) top_k = static_cast<double>(*c[k].as_int64());
+  double total = 0;
+  for (std::size_t i = 0; i < ck.size(); ++i) {
+    const auto& t = ck.info(ck.tensors()[i]);
+    const double bytes = static_cast<double>(t.end - t.begin);
+    const std::string& n = t.name;
+    if (n.find("embed_tokens") != std::string::npos || n.find("word_embeddings") != std::string::npos ||
+        n.find("wte.") != std::string::npos || n.find("tok_embeddings") != std::string::npos ||
+        n.find("embeddings.weight") != std::string::npos)
+      continue;
+    const bool routed = n.find(".experts.") != std::string::npos && n.find("shared") == std::string::npos;
+    total += routed && experts > 0 && top_k > 0 ? bytes * top_k / experts : bytes;
+  }
+  return static_cast<std::uint64_t>(total);
+}
+
+// slm bench --model DIR: prefill and decode speed of one session on this machine, and
+// the decode step's weight traffic against the read-bandwidth probe of the same run.
+int cmd_bench_model(const args& a) {
+  const std::filesystem::path dir{std::string(a.get("model"))};
+  auto pool = make_pool(a);
+  if (!pool.ok()) return usage_error(pool.error().message());
+  auto np = parse_count(a, "prompt-tokens", 64);
+  if (!np.ok()) return usage_error(np.error().message());
+  auto ng = parse_count(a, "gen-tokens", 32);
+  if (!ng.ok()) return usage_error(ng.error().message());
+  auto opt = parse_run_options(a);
+  if (!opt.ok()) return usage_error(opt.error().message());
+  auto ck = slm::checkpoint::open(dir);
+  if (!ck.ok()) return fail(ck.error());
+  const std::uint64_t bytes_per_token = weight_bytes_per_token(*ck);
+  const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
+  return with_model(a.get("model"), [&](const auto& m) -> int {
+    const std::size_t V = m.vocab();
+    std::vector<std::int32_t> ids(*np);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = opt->act;
+    slm::session_options so = opt->session;
+    so.max_tokens = std::max(so.max_tokens, *np + *ng + 1);
+    auto session = m.new_session(so);
+    std::vector<float> logits(V);
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto s = session.forward(ids, 1, logits.data(), cx); !s.ok()) return fail(s);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < *ng; ++i) {
+      const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
+      if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
+    }
+    const auto t2 = std::chrono::steady_clock::now();
+    const double pre = std::chrono::duration<double>(t1 - t0).count(), dec = std::chrono::duration<double>(t2 - t1).count();
+    const double dec_tps = static_cast<double>(*ng) / dec;
+    std::printf("probe read_bandwidth: %.1f GB/s, threads: %zu\n", probe.read_bytes_per_s / 1e9, probe.threads);
+    std::printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", *np, pre, static_cast<double>(*np) / pre);
+    std::printf("decode: %zu tokens in %.3f s = %.1f tok/s\n", *ng, dec, dec_tps);
+    std::printf("weights read per decode token: %s (estimate: all but the embedding table, routed experts x top-k/E)\n",
+                human_bytes(bytes_per_token).c_str());
+    std::printf("decode weight traffic: %.2f GB/s = %.3f of the read-bandwidth probe\n",
+                static_cast<double>(bytes_per_token) * dec_tps / 1e9,
+                static_cast<double>(bytes_per_token) * dec_tps / probe.read_bytes_per_s);
+    return 0;
+  });
+}
+
 int cmd_bench(const args& a) {
-  if (!a.has("kernels")) return usage_error("bench needs --kernels (model benchmarks come with generation)");
+  if (a.has("model")) return cmd_bench_model(a);
+  if (!a.has("kernels")) return usage_error("bench needs --kernels or --model DIR");
   auto pool = make_pool(a);
   if (!pool.ok()) return fail(pool.error());
   std::size_t probe_mib = 1024;
@@ -519,9 +837,11 @@ struct command {
 constexpr command commands[] = {
     {"inspect", "print a checkpoint's architecture, files, tensors and sizes", cmd_inspect},
     {"logits", "run a model over token ids and write the logits to a safetensors file", cmd_logits},
-    {"run", "greedy generation from prompt token ids; prints the generated ids", cmd_run},
+    {"run", "generate text (or ids) from a prompt: greedy or sampled, streamed, fill-in-the-middle", cmd_run},
+    {"tokenize", "print the token ids of a text (a directory with a tokenizer.json is enough)", cmd_tokenize},
+    {"detokenize", "write the exact bytes of token ids to stdout", cmd_detokenize},
     {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
-    {"bench", "measure the matmul kernels against this machine's bandwidth and FMA peak", cmd_bench},
+    {"bench", "measure a model's prefill/decode speed or the matmul kernels against this machine's limits", cmd_bench},
 };
 
 void print_help() {
@@ -552,15 +872,39 @@ void print_help() {
       "                     (exact, slower) or int8 (W4A8); dense weights always use f32\n"
       "  --threads N        worker threads (default: all)\n"
       "\nrun options:\n"
-      "  --model DIR        as for logits\n"
-      "  --prompt-ids ID,.. the prompt's token ids\n"
-      "  -n N, --tokens N   ids to generate (default 16); greedy (argmax), no stop token; prints\n"
-      "                     them comma-separated on one line\n"
+      "  --model DIR        as for logits; its tokenizer.json encodes and decodes text\n"
+      "  --prompt TEXT      the prompt as text (special tokens written in it count, unless\n"
+      "                     --no-parse-special; BOS as the tokenizer's post-processor adds it)\n"
+      "  --prompt-ids ID,.. the prompt as token ids; the output is then ids, comma-separated\n"
+      "  --fim-prefix TEXT, --fim-suffix TEXT   fill in the middle: the model writes the code\n"
+      "                     between them (the tokenizer's FIM tokens; --fim-order psm|spm)\n"
+      "  -n N, --tokens N   tokens to generate at most (default 128; 16 with --prompt-ids)\n"
+      "  --temp T           temperature; 0 = greedy (the default, unless generation_config.json\n"
+      "                     sets do_sample)\n"
+      "  --top-k K, --top-p P, --min-p P   truncation (0, 1, 0 = off)\n"
+      "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P, --repeat-last-n N\n"
+      "  --logit-bias ID=B  add B to a token's logit (-inf bans it; repeatable)\n"
+      "  --seed S           sampling seed (default fixed: the same command gives the same text)\n"
+      "  --stop STR         stop before this text (repeatable); the EOS ids of the tokenizer,\n"
+      "                     config.json and generation_config.json stop too, unless --ignore-eos\n"
+      "  --stream           print the text as it is generated (whole UTF-8 characters)\n"
+      "  --ctx N            context limit in tokens (default: the model's)\n"
+      "  --save-state FILE  after generating, save the session (caches, history, sampler state)\n"
+      "  --load-state FILE  continue a saved session (the prompt, if any, is appended)\n"
       "  --kv, --mla, --act, --threads   as for logits\n"
       "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
-      "                     verify with one main forward, roll back rejected drafts; prints the\n"
-      "                     same ids as plain greedy, and the acceptance figures on stderr\n"
+      "                     verify with one main forward, roll back rejected drafts; greedy only,\n"
+      "                     the same tokens as plain greedy; acceptance figures on stderr\n"
       "  --draft K          drafts per main forward (default: every MTP depth)\n"
+      "\ntokenize options:\n"
+      "  --model DIR        a directory with tokenizer.json (and optionally tokenizer_config.json)\n"
+      "  --text TEXT | --file PATH   the input; ids are printed space-separated on one line\n"
+      "  --no-add-special   without the post-processor's tokens (BOS/EOS)\n"
+      "  --no-parse-special special tokens written in the text are plain text\n"
+      "\ndetokenize options:\n"
+      "  --model DIR        as for tokenize\n"
+      "  --ids ID ...       ids separated by spaces or commas; the exact bytes go to stdout\n"
+      "  --skip-special     leave special tokens out\n"
       "\nquantize options:\n"
       "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
       "  --out DIR          where the converted checkpoint goes\n"
@@ -568,6 +912,9 @@ void print_help() {
       "  --exclude GLOB     keep matching modules in high precision (repeatable)\n"
       "  --threads N        worker threads (default: all)\n"
       "\nbench options:\n"
+      "  --model DIR        prefill and decode tok/s of one session, the weight bytes read per\n"
+      "                     decode token and their rate against the read-bandwidth probe\n"
+      "  --prompt-tokens N, --gen-tokens N   sizes (default 64, 32); --kv/--mla/--act as for run\n"
       "  --kernels          GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on\n"
       "                     4096x4096, 4096x14336, 14336x4096, 2048x8192 (N x K); one line per case:\n"
       "                     FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the read-bandwidth or FMA probe)\n"
@@ -593,7 +940,9 @@ int main(int argc, char** argv) {
     if (s == "--help" || s == "-h") return print_help(), 0;  // `slm run --help` as well as `slm --help`
     if ((s.size() > 2 && s.substr(0, 2) == "--") || s == "-n") {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
-      const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick";
+      const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
+                           key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
+                           key == "skip-special";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

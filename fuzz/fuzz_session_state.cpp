@@ -1,6 +1,8 @@
 // Fuzz target: session::load (model.hpp) over hostile session-state blobs, into sessions
-// of three golden models that cover every record kind: llama (GQA), deepseek_v32 (MLA +
-// DSA indexer keys) and nemotron_h (Mamba-2 with rollback history, GQA, empty slots).
+// of three golden models that cover every decoder record kind: llama (GQA), deepseek_v32
+// (MLA + DSA indexer keys) and nemotron_h (Mamba-2 with rollback history, GQA, empty
+// slots), and of the tiny NAM56R model (tests/data/nam56r/tiny: MLA + DSA, Mamba-3,
+// M2RNN, empty MoE slots, MTP depths, the token history; nam56r.hpp).
 // Each input is tried as it is and with its total size and checksum patched to match, so
 // that mutations reach the layer record parsers instead of stopping at the checksum.
 // Invariants (violations trap, no abort()):
@@ -19,6 +21,7 @@
 #include <vector>
 
 #include "slm/model.hpp"
+#include "slm/nam56r.hpp"
 #include "slm/parallel.hpp"
 
 #ifndef SLM_TEST_DATA_DIR
@@ -31,14 +34,15 @@ void check(bool ok) {
   if (!ok) __builtin_trap();
 }
 
+template <class Model>
 struct target {
-  std::optional<slm::model> m;
-  std::optional<slm::model::session> s;
+  std::optional<Model> m;
+  std::optional<typename Model::session> s;
   std::vector<std::byte> baseline;
   std::size_t pos = 0;
 
-  target(const char* name, slm::session_options o) {
-    auto l = slm::model::load(std::filesystem::path(SLM_TEST_DATA_DIR) / "golden/hf" / name);
+  target(const char* dir, slm::session_options o) {
+    auto l = Model::load(std::filesystem::path(SLM_TEST_DATA_DIR) / dir);
     check(l.ok());
     m.emplace(std::move(*l));
     s.emplace(m->new_session(o));
@@ -83,7 +87,8 @@ struct target {
 };
 
 struct fixture {
-  target llama, dsa, hybrid;
+  target<slm::model> llama, dsa, hybrid;
+  target<slm::nam56r_model> nam56r;
   static slm::session_options with(slm::kv_dtype kv, std::size_t rollback) {
     slm::session_options o;
     o.kv = kv;
@@ -92,9 +97,10 @@ struct fixture {
     return o;
   }
   fixture()
-      : llama("llama", with(slm::kv_dtype::f32, 0)),
-        dsa("deepseek_v32", with(slm::kv_dtype::bf16, 0)),
-        hybrid("nemotron_h", with(slm::kv_dtype::f32, 2)) {}
+      : llama("golden/hf/llama", with(slm::kv_dtype::f32, 0)),
+        dsa("golden/hf/deepseek_v32", with(slm::kv_dtype::bf16, 0)),
+        hybrid("golden/hf/nemotron_h", with(slm::kv_dtype::f32, 2)),
+        nam56r("nam56r/tiny", with(slm::kv_dtype::f32, 2)) {}
 };
 
 }  // namespace
@@ -110,9 +116,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::uint64_t sum = slm::state_format::checksum_of(std::span<const std::byte>(patched).first(n - 8));
     for (std::size_t i = 0; i < 8; ++i) patched[n - 8 + i] = static_cast<std::byte>((sum >> (8 * i)) & 0xFF);
   }
-  for (target* t : {&f.llama, &f.dsa, &f.hybrid}) {
+  for (target<slm::model>* t : {&f.llama, &f.dsa, &f.hybrid}) {
     t->attempt(raw);
     t->attempt(patched);
   }
+  f.nam56r.attempt(raw);
+  f.nam56r.attempt(patched);
   return 0;
 }

@@ -6,6 +6,7 @@
 // the committed tiny model dir against its generator; bad configs, tensors and inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "slm/nam56r.hpp"
 #include "slm/specialist.hpp"
 #include "slm/safetensors.hpp"
+#include "slm/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace fs = std::filesystem;
@@ -442,6 +444,212 @@ TEST(Nam56r, MtpChainPrefillEqualsStep) {
   // The main model's logits after the rollback are those of the prefill.
   EXPECT_TRUE(slm_test::fails_with(a.draft(std::vector<std::int32_t>{1, 2, 3}, lb.data(), cx),
                                    slm::errc::invalid_argument, {"1..2"}));
+}
+
+// Session state (snapshot / restore, save / load, the state file): after a prompt, two
+// single-token calls and a draft (every record kind holds data: MLA + DSA indexer keys,
+// Mamba-3 and M2RNN states with 3 tokens of history, both MTP depths' caches and hidden
+// rows, the token history), a blob loaded into a FRESH session continues bit for bit like
+// the original (forwards of 1 and 3 tokens, greedy, with drafts of both depths); a
+// snapshot restores bit for bit; rollback within the saved history after a load re-feeds
+// bit for bit. Damaged and foreign blobs are refused and leave the session unchanged.
+namespace {
+using blob = std::vector<std::byte>;
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+// What a session continues with: greedy steps with drafts, then a 3-token call.
+std::vector<float> continuation(nam56r_model::session& s, std::size_t V) {
+  slm::compute_context cx{slm_test::the_pools().p2};
+  std::vector<float> out, row(V), drafts(2 * V), three(3 * V);
+  std::int32_t tok = 7;
+  for (int step = 0; step < 4; ++step) {
+    EXPECT_TRUE(s.forward(std::span(&tok, 1), 1, row.data(), cx).ok());
+    out.insert(out.end(), row.begin(), row.end());
+    const auto next = static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    const std::vector<std::int32_t> d = {next, static_cast<std::int32_t>((next + 1) % V)};
+    EXPECT_TRUE(s.draft(d, drafts.data(), cx).ok());
+    out.insert(out.end(), drafts.begin(), drafts.end());
+    tok = next;
+  }
+  const std::vector<std::int32_t> t3 = {tok, 3, 4};
+  EXPECT_TRUE(s.forward(t3, 3, three.data(), cx).ok());
+  out.insert(out.end(), three.begin(), three.end());
+  return out;
+}
+// A blob cut to n bytes with its total size and checksum patched to match.
+blob consistent_cut(const blob& b, std::size_t n) {
+  blob c(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n));
+  const std::uint64_t total = n + slm::state_format::checksum_bytes;
+  for (int i = 0; i < 8; ++i) c[16 + static_cast<std::size_t>(i)] = static_cast<std::byte>((total >> (8 * i)) & 0xFF);
+  const std::uint64_t sum = slm::state_format::checksum_of(c);
+  for (int i = 0; i < 8; ++i) c.push_back(static_cast<std::byte>((sum >> (8 * i)) & 0xFF));
+  return c;
+}
+}  // namespace
+
+TEST(Nam56r, SessionStateSaveLoadSnapshotAreBitExact) {
+  static_assert(slm::saveable_session<nam56r_model::session>);
+  const auto& m = small_model();
+  const std::size_t V = m.vocab();
+  const auto ids = some_ids(16, V, 11);
+  slm::compute_context cx{slm_test::the_pools().p2};
+  slm::session_options o;
+  o.rollback_tokens = 3;
+  auto s = m.new_session(o);
+  std::vector<float> row(V), singles(2 * V), drafts(2 * V);
+  ASSERT_TRUE(s.forward(std::span(ids.data(), 12), 1, row.data(), cx).ok());
+  for (std::size_t t = 12; t < 14; ++t) ASSERT_TRUE(s.forward(std::span(ids.data() + t, 1), 1, singles.data() + (t - 12) * V, cx).ok());
+  ASSERT_TRUE(s.draft(std::span(ids.data() + 14, 2), drafts.data(), cx).ok());
+  auto saved = s.save();
+  ASSERT_TRUE(saved.ok()) << saved.error().message();
+  const blob b = std::move(*saved);
+  auto size = s.saved_size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, b.size());
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->position(), 14u);
+  const auto ref = continuation(s, V);
+
+  auto f = m.new_session(o);  // a fresh session of the same model
+  ASSERT_TRUE(f.load(b).ok());
+  EXPECT_EQ(f.position(), 14u);
+  auto again = f.save();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again == b);  // save(load(x)) == x
+  EXPECT_TRUE(same_bits(continuation(f, V), ref));
+  // Snapshot: restored into the original (which moved on) and into a fresh session.
+  ASSERT_TRUE(s.restore(*snap).ok());
+  EXPECT_EQ(s.position(), 14u);
+  EXPECT_TRUE(same_bits(continuation(s, V), ref));
+  auto g = m.new_session(o);
+  ASSERT_TRUE(g.restore(*snap).ok());
+  EXPECT_TRUE(same_bits(continuation(g, V), ref));
+  // Rollback after a load, within the saved history: the two single-token calls again.
+  auto r = m.new_session(o);
+  ASSERT_TRUE(r.load(b).ok());
+  ASSERT_TRUE(r.can_rollback(3));
+  EXPECT_FALSE(r.can_rollback(4));  // 3 tokens of recurrent history
+  ASSERT_TRUE(r.rollback(2).ok());
+  std::vector<float> refeed(2 * V);
+  for (std::size_t t = 12; t < 14; ++t) ASSERT_TRUE(r.forward(std::span(ids.data() + t, 1), 1, refeed.data() + (t - 12) * V, cx).ok());
+  EXPECT_TRUE(same_bits(refeed, singles));
+  // The state file.
+  const fs::path dir = fs::current_path() / ("nam56r_state_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ASSERT_TRUE(slm::save_state_file(f, dir / "s.bin").ok());
+  auto h = m.new_session(o);
+  ASSERT_TRUE(slm::load_state_file(h, dir / "s.bin").ok());
+  auto hb = h.save(), fb = f.save();
+  ASSERT_TRUE(hb.ok() && fb.ok());
+  EXPECT_TRUE(*hb == *fb);
+  fs::remove_all(dir);
+  std::printf("[ figures  ] NAM56R session state: %zu bytes at position 14\n", b.size());
+}
+
+TEST(Nam56r, SessionStateRefusesDamagedAndForeignBlobs) {
+  const auto& m = small_model();
+  const std::size_t V = m.vocab();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  slm::session_options o;
+  o.rollback_tokens = 2;
+  auto src = m.new_session(o);
+  std::vector<float> row(2 * V);
+  const auto ids = some_ids(10, V, 5);
+  ASSERT_TRUE(src.forward(std::span(ids.data(), 8), 1, row.data(), cx).ok());
+  ASSERT_TRUE(src.forward(std::span(ids.data() + 8, 1), 1, row.data(), cx).ok());
+  ASSERT_TRUE(src.draft(std::span(ids.data() + 9, 1), row.data(), cx).ok());
+  auto sb = src.save();
+  ASSERT_TRUE(sb.ok());
+  const blob b = std::move(*sb);
+  // The victim holds a state of its own.
+  auto v = m.new_session(o);
+  ASSERT_TRUE(v.forward(std::span(ids.data(), 5), 1, row.data(), cx).ok());
+  auto mb = v.save();
+  ASSERT_TRUE(mb.ok());
+  const blob mine = std::move(*mb);
+  auto unchanged = [&](const char* what) {
+    EXPECT_EQ(v.position(), 5u) << what;
+    auto now = v.save();
+    EXPECT_TRUE(now.ok() && *now == mine) << what;
+  };
+  // Truncations: every length near the start and end, a stride through the middle.
+  std::size_t tried = 0;
+  for (std::size_t n = 0; n < b.size(); n += (n < 2000 || n + 2000 > b.size()) ? 1 : 97) {
+    const slm::status st = v.load(std::span(b.data(), n));
+    ASSERT_EQ(st.code(), slm::errc::format_error) << n << ": " << st.message();
+    ASSERT_NE(st.message().find("truncated"), std::string::npos) << n << ": " << st.message();
+    ++tried;
+  }
+  // ... made consistent (size and checksum patched), so the record parsers see them.
+  const std::size_t body = b.size() - slm::state_format::checksum_bytes;
+  for (std::size_t n = slm::state_format::header_bytes; n < body; n += n < 1000 ? 1 : 61) {
+    const slm::status st = v.load(consistent_cut(b, n));
+    ASSERT_EQ(st.code(), slm::errc::format_error) << "consistent cut " << n << ": " << st.message();
+    ++tried;
+  }
+  std::printf("[ figures  ] NAM56R blob of %zu bytes: %zu truncations refused\n", b.size(), tried);
+  unchanged("after the truncations");
+  // A flipped byte anywhere in the data: the checksum.
+  for (std::size_t at : {std::size_t{60}, b.size() / 3, b.size() / 2, body - 1}) {
+    blob c = b;
+    c[at] ^= std::byte{0x10};
+    EXPECT_TRUE(slm_test::fails_with(v.load(c), slm::errc::format_error, {"session state", "checksum"})) << at;
+  }
+  // A history token outside the vocabulary (checksum patched): the history record is
+  // last; its ids start 8 bytes after its tag. MTP models end with the final hidden rows.
+  {
+    const std::size_t hf_bytes = 24 + 9 * m.config().hidden_size * sizeof(float);  // rows block of [9, d]
+    const std::size_t ids_at = body - hf_bytes - 9 * 4;
+    blob c(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(body));
+    ASSERT_EQ(std::memcmp(c.data() + ids_at - 16, "history", 7), 0);
+    c[ids_at + 3] = std::byte{0x7F};
+    EXPECT_TRUE(slm_test::fails_with(v.load(consistent_cut(c, body)), slm::errc::format_error,
+                                     {"history token 0", "outside the vocabulary"}));
+  }
+  // Another session kind, KV dtype, NAM56R config.
+  {
+    auto d = slm::model::load(slm_test::test_data("golden/hf/llama"));
+    ASSERT_TRUE(d.ok());
+    auto ds = d->new_session();
+    std::vector<float> l(3 * d->vocab());
+    const std::int32_t t[3] = {1, 2, 3};
+    ASSERT_TRUE(ds.forward(t, 3, l.data(), cx).ok());
+    auto db = ds.save();
+    ASSERT_TRUE(db.ok());
+    EXPECT_TRUE(slm_test::fails_with(v.load(*db), slm::errc::invalid_argument,
+                                     {"session state", "saved by a decoder session, this is a NAM56R session"}));
+    EXPECT_TRUE(slm_test::fails_with(ds.load(b), slm::errc::invalid_argument,
+                                     {"saved by a NAM56R session, this is a decoder session"}));
+    slm::session_options ob = o;
+    ob.kv = slm::kv_dtype::bf16;
+    auto bs = m.new_session(ob);
+    ASSERT_TRUE(bs.forward(std::span(ids.data(), 3), 1, row.data(), cx).ok());
+    auto bb = bs.save();
+    ASSERT_TRUE(bb.ok());
+    EXPECT_TRUE(slm_test::fails_with(v.load(*bb), slm::errc::invalid_argument, {"bf16 KV caches"}));
+    auto tiny = nam56r_model::load(slm_test::test_data("nam56r/tiny"));
+    ASSERT_TRUE(tiny.ok());
+    auto ts = tiny->new_session(o);
+    const std::vector<std::int32_t> small_ids = {1, 2, 3};  // the tiny model's vocabulary is 100
+    ASSERT_TRUE(ts.forward(small_ids, 1, row.data(), cx).ok());
+    auto tb = ts.save();
+    ASSERT_TRUE(tb.ok());
+    EXPECT_TRUE(slm_test::fails_with(v.load(*tb), slm::errc::invalid_argument, {"another structure"}));
+    auto tsnap = ts.snapshot();
+    ASSERT_TRUE(tsnap.ok());
+    EXPECT_TRUE(slm_test::fails_with(v.restore(*tsnap), slm::errc::invalid_argument, {"restore", "another structure"}));
+  }
+  unchanged("after the foreign blobs");
+  // A session that never ran saves a fresh state that loads anywhere.
+  auto e = m.new_session(o);
+  auto eb = e.save();
+  ASSERT_TRUE(eb.ok());
+  ASSERT_TRUE(v.load(*eb).ok());
+  EXPECT_EQ(v.position(), 0u);
+  ASSERT_TRUE(v.load(b).ok());
+  EXPECT_EQ(v.position(), 9u);
 }
 
 // One MoE layer against a scalar re-computation: softmax over the top-k router logits,

@@ -34,6 +34,7 @@
 
 #include "slm/nanochat.hpp"
 #include "slm/safetensors.hpp"
+#include "slm/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -430,6 +431,134 @@ INSTANTIATE_TEST_SUITE_P(Golden, NanochatGpt,
                          ::testing::Values(model_case{"plain_gqa_swa", true}, model_case{"mamba_hybrid", true},
                                            model_case{"engram_mhc_dsa_mtp", false}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Session state (snapshot / restore, save / load, the state file) on each golden model:
+// KV rows (GQA with windows, DSA), Mamba states with 3 tokens of history, Engram's n-gram
+// history, mHC's branch rows. After a prefill and two single-token calls, a blob loaded
+// into a FRESH session continues bit for bit (greedy single steps, then a 3-token call:
+// mHC pools over every position, so these logits depend on all of the loaded state); a
+// snapshot restores bit for bit; rollback after a load re-feeds bit for bit; truncated,
+// flipped and foreign blobs are refused and change nothing.
+TEST_P(NanochatGpt, SessionStateIsBitExactAndChecked) {
+  static_assert(slm::saveable_session<slm::nanochat_model::session>);
+  using blob = std::vector<std::byte>;
+  const std::string name = std::string("nanochat_gpt__") + GetParam().name;
+  golden g0 = load_golden(name);
+  golden g = load_golden(name, gpt_config_json(g0.cfg()["GPTConfig"]));
+  auto m = slm::nanochat_model::load(g.dir->path());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const std::size_t V = m->vocab();
+  const auto ids = g.ids("in/idx");
+  ASSERT_GE(ids.size(), 12u);
+  slm::compute_context cx{slm_test::the_pools().p2};
+  slm::session_options o;
+  o.rollback_tokens = 3;
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && !a.empty() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  auto continuation = [&](slm::nanochat_model::session& s) {
+    std::vector<float> out, row(V), three(3 * V);
+    std::int32_t tok = 7;
+    for (int step = 0; step < 3; ++step) {
+      EXPECT_TRUE(s.forward(std::span(&tok, 1), 1, row.data(), cx).ok());
+      out.insert(out.end(), row.begin(), row.end());
+      tok = static_cast<std::int32_t>(argmax(row.data(), V));
+    }
+    const std::vector<std::int32_t> t3 = {tok, 3, 4};
+    EXPECT_TRUE(s.forward(t3, 3, three.data(), cx).ok());
+    out.insert(out.end(), three.begin(), three.end());
+    return out;
+  };
+  auto s = m->new_session(o);
+  std::vector<float> row(V), singles(2 * V);
+  ASSERT_TRUE(s.forward(std::span(ids.data(), 8), 1, row.data(), cx).ok());
+  for (std::size_t t = 8; t < 10; ++t) ASSERT_TRUE(s.forward(std::span(ids.data() + t, 1), 1, singles.data() + (t - 8) * V, cx).ok());
+  auto saved = s.save();
+  ASSERT_TRUE(saved.ok()) << saved.error().message();
+  const blob b = std::move(*saved);
+  auto size = s.saved_size();
+  ASSERT_TRUE(size.ok());
+  EXPECT_EQ(*size, b.size());
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  const auto ref = continuation(s);
+
+  auto f = m->new_session(o);
+  ASSERT_TRUE(f.load(b).ok());
+  EXPECT_EQ(f.position(), 10u);
+  auto again = f.save();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again == b);
+  EXPECT_TRUE(same_bits(continuation(f), ref));
+  ASSERT_TRUE(s.restore(*snap).ok());
+  EXPECT_TRUE(same_bits(continuation(s), ref));
+  // Rollback after a load.
+  auto r = m->new_session(o);
+  ASSERT_TRUE(r.load(b).ok());
+  ASSERT_TRUE(r.rollback(2).ok());
+  std::vector<float> refeed(2 * V);
+  for (std::size_t t = 8; t < 10; ++t) ASSERT_TRUE(r.forward(std::span(ids.data() + t, 1), 1, refeed.data() + (t - 8) * V, cx).ok());
+  EXPECT_TRUE(same_bits(refeed, singles));
+  // The state file.
+  const std::filesystem::path file = std::filesystem::current_path() / (name + "_state.bin");
+  ASSERT_TRUE(slm::save_state_file(f, file).ok());
+  auto h = m->new_session(o);
+  ASSERT_TRUE(slm::load_state_file(h, file).ok());
+  auto hb = h.save(), fb = f.save();
+  ASSERT_TRUE(hb.ok() && fb.ok());
+  EXPECT_TRUE(*hb == *fb);
+  std::filesystem::remove(file);
+
+  // Damaged blobs, into a victim holding a state of its own.
+  auto v = m->new_session(o);
+  ASSERT_TRUE(v.forward(std::span(ids.data(), 5), 1, row.data(), cx).ok());
+  auto mb = v.save();
+  ASSERT_TRUE(mb.ok());
+  const blob mine = std::move(*mb);
+  std::size_t tried = 0;
+  for (std::size_t n = 0; n < b.size(); n += (n < 2000 || n + 2000 > b.size()) ? 1 : 89) {
+    const slm::status st = v.load(std::span(b.data(), n));
+    ASSERT_EQ(st.code(), slm::errc::format_error) << n << ": " << st.message();
+    ++tried;
+  }
+  const std::size_t body = b.size() - slm::state_format::checksum_bytes;
+  for (std::size_t n = slm::state_format::header_bytes; n < body; n += n < 1000 ? 1 : 53) {
+    blob c(b.begin(), b.begin() + static_cast<std::ptrdiff_t>(n));
+    const std::uint64_t total = n + 8;
+    for (int i = 0; i < 8; ++i) c[16 + static_cast<std::size_t>(i)] = static_cast<std::byte>((total >> (8 * i)) & 0xFF);
+    const std::uint64_t sum = slm::state_format::checksum_of(c);
+    for (int i = 0; i < 8; ++i) c.push_back(static_cast<std::byte>((sum >> (8 * i)) & 0xFF));
+    const slm::status st = v.load(c);
+    ASSERT_EQ(st.code(), slm::errc::format_error) << "consistent cut " << n << ": " << st.message();
+    ++tried;
+  }
+  for (std::size_t at : {std::size_t{60}, b.size() / 2, body - 1}) {
+    blob c = b;
+    c[at] ^= std::byte{0x10};
+    EXPECT_TRUE(fails_with(v.load(c), slm::errc::format_error, {"session state", "checksum"})) << at;
+  }
+  // Another golden model's blob (another structure), another session kind's.
+  golden go = load_golden(std::string("nanochat_gpt__") + (std::string(GetParam().name) == "mamba_hybrid" ? "plain_gqa_swa" : "mamba_hybrid"),
+                          "{}");
+  golden g2 = load_golden(std::string("nanochat_gpt__") + (std::string(GetParam().name) == "mamba_hybrid" ? "plain_gqa_swa" : "mamba_hybrid"),
+                          gpt_config_json(go.cfg()["GPTConfig"]));
+  auto m2 = slm::nanochat_model::load(g2.dir->path());
+  ASSERT_TRUE(m2.ok());
+  auto os = m2->new_session(o);
+  ASSERT_TRUE(os.forward(std::span(ids.data(), 3), 1, row.data(), cx).ok());
+  auto ob = os.save();
+  ASSERT_TRUE(ob.ok());
+  EXPECT_TRUE(fails_with(v.load(*ob), slm::errc::invalid_argument, {"session state"}));
+  blob kind = mine;
+  kind[13] = std::byte{1};  // "saved by a NAM56R session" (checked before the checksum)
+  EXPECT_TRUE(fails_with(v.load(kind), slm::errc::invalid_argument, {"saved by a NAM56R session, this is a nanochat session"}));
+  EXPECT_EQ(v.position(), 5u);
+  auto now = v.save();
+  ASSERT_TRUE(now.ok());
+  EXPECT_TRUE(*now == mine);
+  std::printf("nanochat %s session state: %zu bytes at position 10, %zu truncations refused\n", GetParam().name,
+              b.size(), tried);
+}
 
 TEST(NanochatGpt, MtpHeadRunsOnTheModel) {
   const std::string name = "nanochat_gpt__engram_mhc_dsa_mtp";

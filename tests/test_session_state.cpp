@@ -24,12 +24,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "slm/model.hpp"
 #include "slm/recurrent_cache.hpp"
 #include "slm/safetensors.hpp"
+#include "slm/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -411,7 +413,9 @@ TEST_P(SessionState, DamagedBlobsAreRejectedAndChangeNothing) {
       {"KV dtype out of range", 12, 9, false, slm::errc::format_error, "KV dtype 9"},
       {"the other KV dtype", 12, static_cast<std::uint8_t>(bf16 ? 0 : 1), false, slm::errc::invalid_argument,
        "KV caches"},
-      {"reserved header byte", 13, 1, false, slm::errc::format_error, "reserved"},
+      {"session kind out of range", 13, 7, false, slm::errc::format_error, "session kind 7"},
+      {"another session kind", 13, 1, false, slm::errc::invalid_argument, "saved by a NAM56R session"},
+      {"reserved header byte", 14, 1, false, slm::errc::format_error, "reserved"},
       {"total size", 16, static_cast<std::uint8_t>(std::to_integer<unsigned>(blob[16]) ^ 1u), false,
        slm::errc::format_error, "the header says"},
       {"fingerprint", 24, static_cast<std::uint8_t>(std::to_integer<unsigned>(blob[24]) ^ 1u), false,
@@ -495,6 +499,56 @@ TEST_P(SessionState, DamagedBlobsAreRejectedAndChangeNothing) {
   // The good blob loads.
   ASSERT_TRUE(s.load(blob).ok());
   EXPECT_EQ(s.position(), 7u);
+}
+
+// save_state_file / load_state_file (session_file.hpp): the file holds exactly save()'s
+// bytes, written through path + ".tmp" and renamed; a load continues bit for bit; errors
+// name the path and leave the session unchanged.
+TEST_P(SessionState, StateFileRoundTrip) {
+  static_assert(slm::saveable_session<slm::model::session>);
+  const std::filesystem::path dir = std::filesystem::current_path() / ("session_file_" + GetParam().name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::filesystem::path path = dir / "state.bin";
+  auto s = fresh();
+  feed(s, 0, kP);
+  feed_singly(s, kP, kP + 2);
+  const std::size_t pos = s.position();
+  ASSERT_TRUE(slm::save_state_file(s, path.string()).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir / "state.bin.tmp"));
+  {
+    auto f = slm::mapped_file::open(path);
+    ASSERT_TRUE(f.ok());
+    const auto b = save(s);
+    EXPECT_TRUE(f->size() == b.size() && std::memcmp(f->bytes().data(), b.data(), b.size()) == 0);
+  }
+  auto r = fresh();
+  ASSERT_TRUE(slm::load_state_file(r, path.string()).ok());
+  EXPECT_EQ(r.position(), pos);
+  EXPECT_TRUE(same_bits(continuation(r, pos), continuation(s, pos)));
+  // Overwrite: the newer state replaces the file.
+  ASSERT_TRUE(slm::save_state_file(s, path).ok());
+  auto r2 = fresh();
+  ASSERT_TRUE(slm::load_state_file(r2, path).ok());
+  EXPECT_EQ(r2.position(), pos + 5);
+  // Errors name the path; the session is unchanged.
+  const bytes mine = save(r);
+  EXPECT_TRUE(slm_test::fails_with(slm::load_state_file(r, dir / "missing.bin"), slm::errc::not_found, {"missing.bin"}));
+  {
+    const bytes b = save(s);
+    std::FILE* fp = std::fopen((dir / "cut.bin").string().c_str(), "wb");
+    ASSERT_NE(fp, nullptr);
+    ASSERT_EQ(std::fwrite(b.data(), 1, b.size() / 2, fp), b.size() / 2);
+    std::fclose(fp);
+  }
+  EXPECT_TRUE(slm_test::fails_with(slm::load_state_file(r, dir / "cut.bin"), slm::errc::format_error,
+                                   {"cut.bin", "session state", "truncated"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::load_state_file(r, dir), slm::errc::io_error, {"not a regular file"}));
+  EXPECT_EQ(save(r), mine);
+  EXPECT_TRUE(slm_test::fails_with(slm::save_state_file(s, dir / "no_such_dir" / "state.bin"), slm::errc::io_error,
+                                   {"no_such_dir", "state.bin.tmp", "cannot create"}));
+  EXPECT_FALSE(std::filesystem::exists(dir / "no_such_dir"));
+  std::filesystem::remove_all(dir);
 }
 
 // rollback_tokens and the MLA mode belong to the receiving session.

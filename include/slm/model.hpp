@@ -40,14 +40,19 @@
 // states. restore() and load() build the new caches beside the current ones and swap
 // them in, so they need that much memory for a moment.
 //
-// The format (version 1, little-endian, floats as IEEE-754 bits):
+// The format (version 1, little-endian, floats as IEEE-754 bits). The envelope (header,
+// checksum, the checks of load) is shared by every session kind (recurrent_cache.hpp:
+// write_state_blob, open_state_blob); NAM56R (nam56r.hpp) and nanochat (nanochat.hpp)
+// sessions write their own records after it, documented there.
 //   offset 0   8  magic "SLMSTATE"
 //          8   4  u32 version (1)
 //          12  1  u8 KV dtype (0 f32, 1 bf16)
-//          13  3  zero
+//          13  1  u8 session kind (0 decoder, 1 NAM56R, 2 nanochat; a reserved zero
+//                 byte before there were other kinds, so older decoder blobs still load)
+//          14  2  zero
 //          16  8  u64 total size in bytes, checksum included
 //          24  8  u64 structure fingerprint (layers, their kinds and dimensions, KV dtype)
-//          32  8  u64 number of layers
+//          32  8  u64 number of records (a decoder: its layers)
 //          40  8  u64 position (tokens consumed)
 //          48     per layer: an 8-byte kind tag ("gqa", "mla", "mamba2", "none"; NUL-padded)
 //                 and the cache's record:
@@ -58,7 +63,8 @@
 //                           that many f32 (conv [conv_dim, d_conv], ssm [H, P, N])
 //                   none    nothing
 //                 rows block: u8 dtype, 7 zero bytes, u64 width, u64 rows, rows x width
-//                 values (f32, or bf16 as u16)
+//                 values (f32, or bf16 as u16); other records use f32 rows blocks for
+//                 hidden-state rows and i32 arrays (u64 count + count x i32) for token ids
 //          end-8  8  u64 checksum of every byte before it (state_format::checksum)
 // A reader of version 1 rejects any other version. Compatibility is by structure, not by
 // weights: a blob loads into any model whose fingerprint matches.
@@ -499,8 +505,9 @@ class decoder {
       std::vector<cache> fresh;
       SLM_TRY(make_caches(fresh, opt_));
       if (snap.kv_ != opt_.kv)
-        return make_error(errc::invalid_argument, "restore: the snapshot holds ", kv_name(snap.kv_),
-                          " KV caches, this session stores ", kv_name(opt_.kv), " (session_options::kv)");
+        return make_error(errc::invalid_argument, "restore: the snapshot holds ", state_format::kv_name(static_cast<std::uint8_t>(snap.kv_)),
+                          " KV caches, this session stores ", state_format::kv_name(static_cast<std::uint8_t>(opt_.kv)),
+                          " (session_options::kv)");
       const std::uint64_t fp = fingerprint(fresh);
       if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
         return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
@@ -526,36 +533,21 @@ class decoder {
       std::vector<cache> scratch;
       const std::vector<cache>* cs = &caches_;
       SLM_TRY(current_caches(scratch, cs));
-      state_writer counter(nullptr, nullptr, false);
-      SLM_TRY(write_state(counter, *cs, 0));
-      const std::uint64_t total = counter.written() + state_format::checksum_bytes;
-      using W = std::remove_reference_t<Write>;
-      state_writer w([](void* ctx, std::span<const std::byte> b) -> status { return (*static_cast<W*>(ctx))(b); },
-                     const_cast<void*>(static_cast<const void*>(std::addressof(write))), true);
-      SLM_TRY(write_state(w, *cs, total));
-      return w.u64(w.checksum());
+      return write_state_blob(write, header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
     }
     // The same into a byte vector (std::vector: for very large states prefer the writer).
     result<std::vector<std::byte>> save() const {
-      auto n = saved_size();
-      if (!n.ok()) return std::move(n).take_error();
-      std::vector<std::byte> out;
-      if (*n > out.max_size()) return make_error(errc::out_of_memory, "session state of ", *n, " bytes");
-      out.reserve(static_cast<std::size_t>(*n));
-      SLM_TRY(save([&out](std::span<const std::byte> b) -> status {
-        out.insert(out.end(), b.begin(), b.end());
-        return {};
-      }));
-      return out;
+      std::vector<cache> scratch;
+      const std::vector<cache>* cs = &caches_;
+      SLM_TRY(current_caches(scratch, cs));
+      return state_blob(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
     }
     // The number of bytes save() writes.
     result<std::uint64_t> saved_size() const {
       std::vector<cache> scratch;
       const std::vector<cache>* cs = &caches_;
       SLM_TRY(current_caches(scratch, cs));
-      state_writer counter(nullptr, nullptr, false);
-      SLM_TRY(write_state(counter, *cs, 0));
-      return counter.written() + state_format::checksum_bytes;
+      return state_blob_size(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
     }
     // Replaces the session state with a saved one, from a session of a model with the
     // same structure and KV dtype. Every field and length is checked before anything is
@@ -568,7 +560,6 @@ class decoder {
     }
 
    private:
-    static const char* kv_name(kv_dtype k) noexcept { return k == kv_dtype::f32 ? "f32" : "bf16"; }
 
     // Caches for every layer, initialized for options o.
     status make_caches(std::vector<cache>& out, const session_options& o) const {
@@ -615,15 +606,16 @@ class decoder {
       }
       return h.value();
     }
-    status write_state(state_writer& w, const std::vector<cache>& cs, std::uint64_t total) const {
-      SLM_TRY(w.bytes(state_format::magic, sizeof state_format::magic));
-      SLM_TRY(w.u32(state_format::version));
-      SLM_TRY(w.u8(static_cast<std::uint8_t>(opt_.kv)));
-      SLM_TRY(w.bytes("\0\0\0", 3));
-      SLM_TRY(w.u64(total));
-      SLM_TRY(w.u64(fingerprint(cs)));
-      SLM_TRY(w.u64(cs.size()));
-      SLM_TRY(w.u64(pos_));
+    state_format::header header_of(const std::vector<cache>& cs) const {
+      state_format::header h;
+      h.session = state_format::session_kind::decoder;
+      h.kv = static_cast<std::uint8_t>(opt_.kv);
+      h.fingerprint = fingerprint(cs);
+      h.records = cs.size();
+      h.position = pos_;
+      return h;
+    }
+    status write_records(state_writer& w, const std::vector<cache>& cs) const {
       for (std::size_t i = 0; i < cs.size(); ++i) {
         SLM_TRY(w.kind(cs[i].kind()));
         if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
@@ -631,60 +623,14 @@ class decoder {
       return {};
     }
     status load_impl(std::span<const std::byte> bytes) {
-      namespace sf = state_format;
-      constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
-      if (bytes.size() < least)
-        return make_error(errc::format_error, "truncated: ", bytes.size(), " bytes, the header and checksum alone take ",
-                          least);
-      if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
-        return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
-      state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
-      SLM_TRY(r.skip(sizeof sf::magic, "magic"));
-      std::uint32_t version = 0;
-      SLM_TRY(r.u32(version, "version"));
-      if (version != sf::version)
-        return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
-      std::uint8_t kv = 0;
-      SLM_TRY(r.u8(kv, "KV dtype"));
-      if (kv > 1) return make_error(errc::format_error, "KV dtype ", static_cast<unsigned>(kv), " at byte 12 is neither 0 (f32) nor 1 (bf16)");
-      SLM_TRY(r.zeros(3, "reserved header bytes"));
-      std::uint64_t total = 0, fp = 0, layers = 0;
-      std::size_t position = 0;
-      SLM_TRY(r.u64(total, "total size"));
-      if (total != bytes.size())
-        return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
-                          " were given");
-      SLM_TRY(r.u64(fp, "fingerprint"));
-      SLM_TRY(r.u64(layers, "layer count"));
-      SLM_TRY(r.size(position, "position"));
-      if (kv != static_cast<std::uint8_t>(opt_.kv))
-        return make_error(errc::invalid_argument, "saved with ", kv_name(static_cast<kv_dtype>(kv)),
-                          " KV caches, this session stores ", kv_name(opt_.kv), " (session_options::kv)");
       std::vector<cache> fresh;
       SLM_TRY(make_caches(fresh, opt_));
-      if (layers != fresh.size())
-        return make_error(errc::invalid_argument, "saved from a model of ", layers, " layers, this model has ",
-                          fresh.size());
-      const std::uint64_t mine = fingerprint(fresh);
-      if (fp != mine)
-        return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
-                          ", this model's ", mine, ")");
-      const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
-      const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
-      if (sum != computed)
-        return make_error(errc::format_error, "corrupted: the checksum is ", sum, ", the data's is ", computed);
-      if (position > opt_.max_tokens)
-        return make_error(errc::out_of_range, "it holds ", position, " positions, this session's limit is ",
-                          opt_.max_tokens);
+      std::size_t position = 0;
+      state_reader r({});
+      SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
       for (std::size_t i = 0; i < fresh.size(); ++i) {
-        std::string_view k;
-        SLM_TRY(r.kind(k, "layer kind"));
         const std::string_view want = fresh[i].kind();
-        if (k != want) {
-          const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
-          return make_error(errc::format_error, "layer ", i, " holds a '", printable ? k : std::string_view("?"),
-                            "' record, this model's layer ", i, " is '", want, "'");
-        }
+        SLM_TRY(expect_record(r, want, cat("layer ", i)));
         if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
         if (m_->layers_[i].has_mixer && fresh[i].size() != position)
           return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),

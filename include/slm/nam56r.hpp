@@ -34,6 +34,22 @@
 // Sessions: forward errors (bad id, context full, out of memory) leave the session
 // unchanged; rollback(n) is exact for KV caches, the token/n-gram history (all ids are
 // kept) and recurrent layers within session_options::rollback_tokens.
+// Session state: snapshot()/restore(), save()/saved_size()/load() with the decoder
+// session's semantics and checks (model.hpp: "Session state" and the format); a snapshot
+// is the saved blob held in memory. The blob is model.hpp's envelope with session kind 1
+// (NAM56R) and, after the header, num_layers + mtp_num_layers + 1 records:
+//   per main layer, in plan order: "mla" (MLA and DSA-MLA: latents, RoPE keys, indexer
+//     keys; a DSA layer that borrows its top-k under IndexCache "causal" has no indexer
+//     keys, and the top-k itself lives only within a call), "mamba3" / "m2rnn" (the
+//     recurrent record: current state and rollback history), "none" (MoE);
+//   per MTP depth k = 1..D: "mtp": the depth's own "mla" record (n = positions it holds,
+//     at most position - k), then an f32 rows block of its h^(k) rows [n, d];
+//   "history": u64 count (= position) + count x i32 token ids (the n-gram hash history,
+//     the MTP inputs), then an f32 rows block of the final-normed hidden of every
+//     position [position, d] (what MTP depth 1 reads; 0 rows without MTP).
+// The fingerprint covers the config's state dimensions, the layer plan, each cache's
+// layout and the KV dtype: a blob of another NAM56R config, or of another session kind,
+// is refused by name.
 #pragma once
 
 #include <algorithm>
@@ -47,6 +63,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -645,12 +662,12 @@ class nam56r_model::session {
   const session_options& options() const noexcept { return opt_; }
   // Forget everything: the next forward starts at position 0.
   void reset() noexcept {
-    for (auto& c : attn_c_) c.truncate(0);
-    for (auto& c : mamba_c_) c.truncate(0);
-    for (auto& c : m2rnn_c_) c.truncate(0);
-    for (auto& c : mtp_c_) c.truncate(0);
-    std::fill(mtp_n_.begin(), mtp_n_.end(), 0);
-    tokens_.clear();
+    for (auto& c : st_.attn) c.truncate(0);
+    for (auto& c : st_.mamba) c.truncate(0);
+    for (auto& c : st_.m2rnn) c.truncate(0);
+    for (auto& c : st_.mtp) c.truncate(0);
+    std::fill(st_.mtp_n.begin(), st_.mtp_n.end(), 0);
+    st_.tokens.clear();
     pos_ = 0;
   }
 
@@ -678,7 +695,7 @@ class nam56r_model::session {
       truncate_main(pos0);
       return s;
     }
-    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    st_.tokens.insert(st_.tokens.end(), ids.begin(), ids.end());
     pos_ = pos0 + T;
     (void)c;
     return s;
@@ -688,9 +705,9 @@ class nam56r_model::session {
   bool can_rollback(std::size_t n) const noexcept {
     if (n == 0) return true;
     if (n > pos_) return false;
-    for (const auto& c : mamba_c_)
+    for (const auto& c : st_.mamba)
       if (!c.can_truncate(pos_ - n)) return false;
-    for (const auto& c : m2rnn_c_)
+    for (const auto& c : st_.m2rnn)
       if (!c.can_truncate(pos_ - n)) return false;
     return true;
   }
@@ -704,11 +721,54 @@ class nam56r_model::session {
                         opt_.rollback_tokens, "); the session is unchanged");
     truncate_main(pos_ - n);
     pos_ -= n;
-    tokens_.resize(pos_);
-    for (std::size_t k = 0; k < mtp_c_.size(); ++k) {
-      mtp_n_[k] = std::min(mtp_n_[k], verified_len(k));
-      mtp_c_[k].truncate(mtp_n_[k]);
+    st_.tokens.resize(pos_);
+    for (std::size_t k = 0; k < st_.mtp.size(); ++k) {
+      st_.mtp_n[k] = std::min(st_.mtp_n[k], verified_len(k));
+      st_.mtp[k].truncate(st_.mtp_n[k]);
     }
+    return {};
+  }
+
+  // ---- Session state (the decoder session's semantics, model.hpp; records at the top) ----
+
+  // A deep copy: the session's saved blob, held in memory (restore() loads it).
+  result<state_snapshot> snapshot() const {
+    auto b = save();
+    if (!b.ok()) return std::move(b).take_error();
+    return state_snapshot(std::move(*b));
+  }
+  // Back to a snapshot of this or another session of a model with the same structure and
+  // KV dtype; on any error the session is unchanged.
+  status restore(const state_snapshot& snap) {
+    if (auto s = load_impl(snap.bytes()); !s.ok()) return std::move(s).with_context("restore");
+    return {};
+  }
+  // Serializes the state through write(std::span<const std::byte>) -> status.
+  template <class Write>
+    requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
+  status save(Write&& write) const {
+    state scratch;
+    const state* s = nullptr;
+    SLM_TRY(current_state(scratch, s));
+    return write_state_blob(write, header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  result<std::vector<std::byte>> save() const {
+    state scratch;
+    const state* s = nullptr;
+    SLM_TRY(current_state(scratch, s));
+    return state_blob(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  result<std::uint64_t> saved_size() const {
+    state scratch;
+    const state* s = nullptr;
+    SLM_TRY(current_state(scratch, s));
+    return state_blob_size(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  // Replaces the state with a saved one (a session of a NAM56R model with the same
+  // structure and KV dtype). Every field and length is checked before anything is
+  // replaced: on any error the session is unchanged.
+  status load(std::span<const std::byte> bytes) {
+    if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
     return {};
   }
 
@@ -725,12 +785,12 @@ class nam56r_model::session {
     SLM_TRY(check_ids(next, "draft"));
     SLM_TRY(ensure_caches());
     // seq = consumed tokens ++ next
-    std::vector<std::int32_t> seq(tokens_);
+    std::vector<std::int32_t> seq(st_.tokens);
     seq.insert(seq.end(), next.begin(), next.end());
     std::size_t prev_start = 0;  // depth k-1's first computed position this call
     for (std::size_t k = 0; k < m; ++k) {
       const mtp_depth& md = m_->mtp_[k];
-      const std::size_t start = mtp_n_[k], Tk = p - start, kk = k + 1;
+      const std::size_t start = st_.mtp_n[k], Tk = p - start, kk = k + 1;
       floats& cur = cur_[k];
       SLM_TRY(cur.resize(Tk * d));
       SLM_TRY(u_.resize(Tk * 2 * d));
@@ -743,38 +803,51 @@ class nam56r_model::session {
         md.enorm.apply_row(h_.data() + t * d, u_.data() + t * 2 * d, d);
         const float* hp = nullptr;
         const std::size_t pos = start + t;
-        if (k == 0) hp = hf_.data() + pos * d;
-        else if (pos < prev_start) hp = hk_[k - 1].data() + pos * d;
+        if (k == 0) hp = st_.hf.data() + pos * d;
+        else if (pos < prev_start) hp = st_.hk[k - 1].data() + pos * d;
         else hp = cur_[k - 1].data() + (pos - prev_start) * d;
         md.hnorm.apply_row(hp, u_.data() + t * 2 * d + d, d);
       }
       SLM_TRY(md.eh_proj.apply(u_.data(), Tk, h_.data(), cx));  // [Tk, 2d] x [2d, d] -> [Tk, d]
-      status s = sublayers(md, Tk, mtp_c_[k], cx);
+      status s = sublayers(md, Tk, st_.mtp[k], cx);
       if (!s.ok()) {
-        mtp_c_[k].truncate(start);
+        st_.mtp[k].truncate(start);
         return s;
       }
       for (std::size_t t = 0; t < Tk; ++t) md.final_norm.apply_row(h_.data() + t * d, cur.data() + t * d, d);
       s = m_->head_.apply(cur.data() + (Tk - 1) * d, 1, logits + k * c.vocab_size, cx);  // [1, d] x [d, V] -> [1, V]
       if (!s.ok()) {
-        mtp_c_[k].truncate(start);
+        st_.mtp[k].truncate(start);
         return s;
       }
       // Keep only the positions whose inputs are consumed tokens.
       const std::size_t keep = verified_len(k);
-      SLM_TRY(hk_[k].resize(std::max(hk_[k].size(), keep * d)));
+      SLM_TRY(st_.hk[k].resize(std::max(st_.hk[k].size(), keep * d)));
       for (std::size_t pos = start; pos < keep; ++pos)
-        std::copy(cur.data() + (pos - start) * d, cur.data() + (pos - start + 1) * d, hk_[k].data() + pos * d);
-      mtp_c_[k].truncate(keep);
-      mtp_n_[k] = keep;
+        std::copy(cur.data() + (pos - start) * d, cur.data() + (pos - start + 1) * d, st_.hk[k].data() + pos * d);
+      st_.mtp[k].truncate(keep);
+      st_.mtp_n[k] = keep;
       prev_start = start;
     }
     return {};
   }
 
  private:
+  // Everything the session holds besides scratch; save() / load() carry all of it.
+  struct state {
+    std::vector<attention::cache> attn;       // main-stack MLA / DSA layers (latents, RoPE keys, indexer keys)
+    std::vector<mamba3_mixer::cache> mamba;   // with their rollback history
+    std::vector<m2rnn_mixer::cache> m2rnn;
+    std::vector<attention::cache> mtp;        // each MTP depth's own MLA cache
+    std::vector<std::size_t> mtp_n;           // positions held by each MTP depth's cache (all verified)
+    std::vector<floats> hk;                   // h^(k) of those positions, [mtp_n[k], d] per depth
+    floats hf;                                // final-normed hidden of every position, [pos, d] (MTP models)
+    std::vector<std::int32_t> tokens;         // every consumed id: the n-gram history, the MTP inputs
+  };
+
   // Depth k (0-based) position t reads token t + k + 1: consumed when t + k + 1 <= p - 1.
-  std::size_t verified_len(std::size_t k) const noexcept { return pos_ > k + 1 ? pos_ - k - 1 : 0; }
+  static std::size_t verified_len(std::size_t k, std::size_t p) noexcept { return p > k + 1 ? p - k - 1 : 0; }
+  std::size_t verified_len(std::size_t k) const noexcept { return verified_len(k, pos_); }
 
   status check_ids(std::span<const std::int32_t> ids, const char* what) const {
     const std::size_t V = m_->cfg_.vocab_size;
@@ -785,28 +858,164 @@ class nam56r_model::session {
     return {};
   }
 
+  // A fresh state (caches initialized for o) of this model.
+  status make_state(state& s, const session_options& o) const {
+    const nam56r_model& m = *m_;
+    s.attn.resize(m.attn_.size());
+    for (std::size_t i = 0; i < m.attn_.size(); ++i) SLM_TRY(m.attn_[i].attn.init_cache(s.attn[i], o));
+    s.mamba.resize(m.mamba_.size());
+    for (std::size_t i = 0; i < m.mamba_.size(); ++i) SLM_TRY(m.mamba_[i].mixer.init_cache(s.mamba[i], o));
+    s.m2rnn.resize(m.m2rnn_.size());
+    for (std::size_t i = 0; i < m.m2rnn_.size(); ++i) SLM_TRY(m.m2rnn_[i].mixer.init_cache(s.m2rnn[i], o));
+    s.mtp.resize(m.mtp_.size());
+    for (std::size_t i = 0; i < m.mtp_.size(); ++i) SLM_TRY(m.mtp_[i].attn.attn.init_cache(s.mtp[i], o));
+    s.mtp_n.assign(m.mtp_.size(), 0);
+    s.hk.resize(m.mtp_.size());
+    return {};
+  }
   status ensure_caches() {
     if (ready_) return {};
+    state fresh;
+    SLM_TRY(make_state(fresh, opt_));
+    st_ = std::move(fresh);
+    cur_.resize(m_->mtp_.size());
+    ready_ = true;
+    return {};
+  }
+
+  // ---- Session state: the records after the shared header (see the top of this file) ----
+
+  // The state, or a fresh one in `scratch` for a session that has not run yet.
+  status current_state(state& scratch, const state*& s) const {
+    s = &st_;
+    if (ready_) return {};
+    session_options o = opt_;
+    o.reserve_tokens = 0;
+    SLM_TRY(make_state(scratch, o));
+    s = &scratch;
+    return {};
+  }
+  // The config's state dimensions, the layer plan, each cache's layout, the KV dtype.
+  std::uint64_t fingerprint(const state& s) const {
     const nam56r_model& m = *m_;
-    attn_c_.resize(m.attn_.size());
-    for (std::size_t i = 0; i < m.attn_.size(); ++i) SLM_TRY(m.attn_[i].attn.init_cache(attn_c_[i], opt_));
-    mamba_c_.resize(m.mamba_.size());
-    for (std::size_t i = 0; i < m.mamba_.size(); ++i) SLM_TRY(m.mamba_[i].mixer.init_cache(mamba_c_[i], opt_));
-    m2rnn_c_.resize(m.m2rnn_.size());
-    for (std::size_t i = 0; i < m.m2rnn_.size(); ++i) SLM_TRY(m.m2rnn_[i].mixer.init_cache(m2rnn_c_[i], opt_));
-    mtp_c_.resize(m.mtp_.size());
-    for (std::size_t i = 0; i < m.mtp_.size(); ++i) SLM_TRY(m.mtp_[i].attn.attn.init_cache(mtp_c_[i], opt_));
-    mtp_n_.assign(m.mtp_.size(), 0);
-    hk_.resize(m.mtp_.size());
+    const nam56r_config& c = m.cfg_;
+    state_hasher h;
+    h.add(std::string_view("slm nam56r session"));
+    for (std::size_t v : {c.vocab_size, c.hidden_size, c.num_layers, c.mtp_num_layers, c.kv_lora_rank,
+                          c.qk_pos_emb_head_dim, c.dsa_indexer_head_dim, c.mamba_state_dim, c.mamba_head_dim,
+                          c.mamba_expand, c.mamba_num_groups, c.mamba3_mimo_rank, c.m2rnn_k_head_dim,
+                          c.m2rnn_v_head_dim, c.m2rnn_num_heads, c.m2rnn_conv_kernel, std::size_t{c.ngram_hash.has_value()}})
+      h.add(static_cast<std::uint64_t>(v));
+    h.add(static_cast<std::uint64_t>(opt_.kv));
+    for (const layer_ref& l : m.layers_) {
+      h.add(static_cast<std::uint64_t>(l.kind));
+      if (l.kind == nam56r_layer_kind::mla || l.kind == nam56r_layer_kind::dsa) s.attn[l.slot].fingerprint(h);
+      if (l.kind == nam56r_layer_kind::mamba3) s.mamba[l.slot].fingerprint(h);
+      if (l.kind == nam56r_layer_kind::m2rnn) s.m2rnn[l.slot].fingerprint(h);
+    }
+    for (const auto& c2 : s.mtp) c2.fingerprint(h);
+    return h.value();
+  }
+  state_format::header header_of(const state& s) const {
+    state_format::header h;
+    h.session = state_format::session_kind::nam56r;
+    h.kv = static_cast<std::uint8_t>(opt_.kv);
+    h.fingerprint = fingerprint(s);
+    h.records = m_->layers_.size() + m_->mtp_.size() + 1;
+    h.position = pos_;
+    return h;
+  }
+  status write_records(state_writer& w, const state& s) const {
+    const nam56r_model& m = *m_;
+    const std::size_t d = m.cfg_.hidden_size;
+    auto record = [&w](const auto& cache) -> status {
+      SLM_TRY(w.kind(cache.kind()));
+      return cache.save(w);
+    };
+    for (std::size_t i = 0; i < m.layers_.size(); ++i) {
+      const layer_ref& l = m.layers_[i];
+      status st;
+      switch (l.kind) {
+        case nam56r_layer_kind::mla:
+        case nam56r_layer_kind::dsa: st = record(s.attn[l.slot]); break;
+        case nam56r_layer_kind::mamba3: st = record(s.mamba[l.slot]); break;
+        case nam56r_layer_kind::m2rnn: st = record(s.m2rnn[l.slot]); break;
+        default: st = w.kind("none"); break;
+      }
+      if (!st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
+    }
+    for (std::size_t k = 0; k < s.mtp.size(); ++k) {
+      SLM_TRY(w.kind("mtp"));
+      SLM_TRY(s.mtp[k].save(w));
+      SLM_TRY(w.f32_rows(s.hk[k].data(), s.mtp_n[k], d));
+    }
+    SLM_TRY(w.kind("history"));
+    SLM_TRY(w.u64(s.tokens.size()));
+    SLM_TRY(w.i32(s.tokens.data(), s.tokens.size()));
+    return w.f32_rows(s.hf.data(), m.mtp_.empty() ? 0 : s.tokens.size(), d);
+  }
+  status load_impl(std::span<const std::byte> bytes) {
+    const nam56r_model& m = *m_;
+    const std::size_t d = m.cfg_.hidden_size, V = m.cfg_.vocab_size;
+    state fresh;
+    SLM_TRY(make_state(fresh, opt_));
+    std::size_t position = 0;
+    state_reader r({});
+    SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
+    auto cache_record = [&](auto& cache, const std::string& where) -> status {
+      SLM_TRY(expect_record(r, cache.kind(), where));
+      if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
+      if (cache.size() != position)
+        return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
+      return {};
+    };
+    for (std::size_t i = 0; i < m.layers_.size(); ++i) {
+      const layer_ref& l = m.layers_[i];
+      const std::string where = cat("layer ", i, " (", to_string(l.kind), ")");
+      switch (l.kind) {
+        case nam56r_layer_kind::mla:
+        case nam56r_layer_kind::dsa: SLM_TRY(cache_record(fresh.attn[l.slot], where)); break;
+        case nam56r_layer_kind::mamba3: SLM_TRY(cache_record(fresh.mamba[l.slot], where)); break;
+        case nam56r_layer_kind::m2rnn: SLM_TRY(cache_record(fresh.m2rnn[l.slot], where)); break;
+        default: SLM_TRY(expect_record(r, "none", where)); break;
+      }
+    }
+    for (std::size_t k = 0; k < fresh.mtp.size(); ++k) {
+      const std::string where = cat("MTP depth ", k + 1);
+      SLM_TRY(expect_record(r, "mtp", where));
+      if (auto st = fresh.mtp[k].load(r); !st.ok()) return std::move(st).with_context(where);
+      const std::size_t n = fresh.mtp[k].size();
+      if (n > verified_len(k, position))
+        return make_error(errc::format_error, where, " holds ", n, " positions, at position ", position,
+                          " it can hold at most ", verified_len(k, position));
+      fresh.mtp_n[k] = n;
+      if (auto st = r.f32_rows(fresh.hk[k], n, d, "MTP hidden rows"); !st.ok()) return std::move(st).with_context(where);
+    }
+    SLM_TRY(expect_record(r, "history", "the history record"));
+    std::size_t count = 0;
+    SLM_TRY(r.size(count, "token count"));
+    if (count != position)
+      return make_error(errc::format_error, "the history holds ", count, " tokens, the header says ", position);
+    SLM_TRY(r.need_items(count, sizeof(std::int32_t), "token ids"));
+    fresh.tokens.resize(count);
+    SLM_TRY(r.i32(fresh.tokens.data(), count, "token ids"));
+    for (std::size_t t = 0; t < count; ++t)
+      if (fresh.tokens[t] < 0 || static_cast<std::size_t>(fresh.tokens[t]) >= V)
+        return make_error(errc::format_error, "history token ", t, " is ", fresh.tokens[t], ", outside the vocabulary [0, ",
+                          V, ")");
+    SLM_TRY(r.f32_rows(fresh.hf, m.mtp_.empty() ? 0 : position, d, "final hidden rows"));
+    if (r.remaining() != 0) return make_error(errc::format_error, r.remaining(), " bytes after the last record");
+    st_ = std::move(fresh);
     cur_.resize(m.mtp_.size());
+    pos_ = position;
     ready_ = true;
     return {};
   }
 
   void truncate_main(std::size_t len) noexcept {
-    for (auto& c : attn_c_) c.truncate(len);
-    for (auto& c : mamba_c_) c.truncate(len);
-    for (auto& c : m2rnn_c_) c.truncate(len);
+    for (auto& c : st_.attn) c.truncate(len);
+    for (auto& c : st_.mamba) c.truncate(len);
+    for (auto& c : st_.m2rnn) c.truncate(len);
   }
 
   // out [T, d] = word rows + NGram (history: hist_seq[0, j0)) + Struct(side).
@@ -850,7 +1059,7 @@ class nam56r_model::session {
     const std::size_t top_k = c.dsa_indexer_topk;
     SLM_TRY(sel_.resize(T * top_k + 1));
     auto* sel = reinterpret_cast<std::int32_t*>(sel_.data());
-    SLM_TRY(embed(ids, tokens_.data(), pos0, h_.data(), &side, cx));
+    SLM_TRY(embed(ids, st_.tokens.data(), pos0, h_.data(), &side, cx));
     float* h = h_.data();
     float* xn = xn_.data();
     float* y = y_.data();
@@ -867,7 +1076,7 @@ class nam56r_model::session {
             a.norm.apply(h, T, d, d, xn, d);
             in = xn;
           }
-          SLM_TRY(a.attn.forward(in, T, y, attn_c_[l.slot], ws_.proj, ws_.attn, ws_.index, cx, opt_.mla,
+          SLM_TRY(a.attn.forward(in, T, y, st_.attn[l.slot], ws_.proj, ws_.attn, ws_.index, cx, opt_.mla,
                                  a.reuses_index ? sel : nullptr, a.reuses_index ? top_k : 0,
                                  a.publishes_index ? sel : nullptr));
           break;
@@ -882,13 +1091,13 @@ class nam56r_model::session {
           const mamba_layer& e = m.mamba_[l.slot];
           e.norm.apply(h, T, d, d, xn, d);
           e.pre_norm.apply(xn, T, d, d, xn, d);
-          SLM_TRY(e.mixer.forward(xn, T, y, mamba_c_[l.slot], ws_, cx));
+          SLM_TRY(e.mixer.forward(xn, T, y, st_.mamba[l.slot], ws_, cx));
           break;
         }
         case nam56r_layer_kind::m2rnn: {
           const m2rnn_layer& e = m.m2rnn_[l.slot];
           e.norm.apply(h, T, d, d, xn, d);
-          SLM_TRY(e.mixer.forward(xn, T, y, m2rnn_c_[l.slot], ws_, cx));
+          SLM_TRY(e.mixer.forward(xn, T, y, st_.m2rnn[l.slot], ws_, cx));
           break;
         }
         case nam56r_layer_kind::mlp: break;
@@ -897,8 +1106,8 @@ class nam56r_model::session {
     }
     m.final_norm_.apply(h, T, d, d, xn, d);
     if (!m.mtp_.empty()) {  // the final-normed hidden of every position feeds MTP depth 1
-      SLM_TRY(hf_.resize(std::max(hf_.size(), (pos0 + T) * d)));
-      std::copy(xn, xn + T * d, hf_.data() + pos0 * d);
+      SLM_TRY(st_.hf.resize(std::max(st_.hf.size(), (pos0 + T) * d)));
+      std::copy(xn, xn + T * d, st_.hf.data() + pos0 * d);
     }
     if (rows > 0) SLM_TRY(m.head_.apply(xn + (T - rows) * d, rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
     return {};
@@ -908,15 +1117,8 @@ class nam56r_model::session {
   session_options opt_;
   std::size_t pos_ = 0;
   bool ready_ = false;
-  std::vector<std::int32_t> tokens_;
-  std::vector<attention::cache> attn_c_;
-  std::vector<mamba3_mixer::cache> mamba_c_;
-  std::vector<m2rnn_mixer::cache> m2rnn_c_;
-  std::vector<attention::cache> mtp_c_;
-  std::vector<std::size_t> mtp_n_;  // positions held by each MTP depth's cache (all verified)
-  std::vector<floats> hk_;          // h^(k) of those positions, [n_k, d] per depth
-  std::vector<floats> cur_;         // h^(k) of the positions of the current draft call
-  floats hf_;                       // final-normed hidden of every position, [pos, d]
+  state st_;
+  std::vector<floats> cur_;  // h^(k) of the positions of the current draft call
   floats h_, xn_, y_, u_, sel_;
   workspace ws_;
 };

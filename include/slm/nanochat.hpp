@@ -44,6 +44,13 @@
 //    were split into calls (rolling back and re-feeding the same calls reproduces them).
 //    Recurrent state (Mamba, Engram) rolls back within session_options::rollback_tokens
 //    (recurrent_cache.hpp); KV rows and the mHC branch history always.
+//    Session state: snapshot()/restore(), save()/saved_size()/load() with the decoder
+//    session's semantics and checks (model.hpp); a snapshot is the saved blob held in
+//    memory. The blob is model.hpp's envelope with session kind 2 (nanochat) and per
+//    layer, in order: "gqa" (attention and DSA: u64 n, keys, values; the decoder's GQA
+//    record) or "ncmamba" (the recurrent record with its rollback history); "engram"
+//    (Engram layers: the recurrent record of the n-gram history); "mhc" (mHC layers: an
+//    f32 rows block of the branch rows [position, N x C] that each call pools over).
 //  * nanochat_model::mtp_logits: the MTP head (mtp.py, D = 1) on final-normed hidden
 //    states h [T, C] and the next ids x_{t+1} [T]: logits predicting x_{t+2}.
 //
@@ -62,6 +69,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -168,11 +176,9 @@ struct nanochat_attention_config {
   }
 };
 
-// KV rows of one attention layer (positions 0 .. n).
-struct nanochat_kv {
-  kv_rows k, v;
-  std::size_t n = 0;
-};
+// KV rows of one attention layer (positions 0 .. n): a GQA layer's cache (attention.hpp),
+// whose session-state members (fingerprint, copy, save, load) the session uses.
+using nanochat_kv = gqa_attention::cache;
 
 // CausalSelfAttention / DeepSeekSparseAttention (nanochat `gpt.py`, `sparse_attention.py`).
 class nanochat_attention {
@@ -1052,7 +1058,149 @@ class nanochat_model::session {
     return {};
   }
 
+  // ---- Session state (the decoder session's semantics, model.hpp; records at the top) ----
+
+  // A deep copy: the session's saved blob, held in memory (restore() loads it).
+  result<state_snapshot> snapshot() const {
+    auto b = save();
+    if (!b.ok()) return std::move(b).take_error();
+    return state_snapshot(std::move(*b));
+  }
+  // Back to a snapshot of this or another session of a model with the same structure and
+  // KV dtype; on any error the session is unchanged.
+  status restore(const state_snapshot& snap) {
+    if (auto s = load_impl(snap.bytes()); !s.ok()) return std::move(s).with_context("restore");
+    return {};
+  }
+  // Serializes the state through write(std::span<const std::byte>) -> status.
+  template <class Write>
+    requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
+  status save(Write&& write) const {
+    sequence scratch;
+    const sequence* s = nullptr;
+    SLM_TRY(current_sequence(scratch, s));
+    return write_state_blob(write, header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  result<std::vector<std::byte>> save() const {
+    sequence scratch;
+    const sequence* s = nullptr;
+    SLM_TRY(current_sequence(scratch, s));
+    return state_blob(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  result<std::uint64_t> saved_size() const {
+    sequence scratch;
+    const sequence* s = nullptr;
+    SLM_TRY(current_sequence(scratch, s));
+    return state_blob_size(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
+  }
+  // Replaces the state with a saved one (a session of a nanochat model with the same
+  // structure and KV dtype). Every field and length is checked before anything is
+  // replaced: on any error the session is unchanged.
+  status load(std::span<const std::byte> bytes) {
+    if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
+    return {};
+  }
+
  private:
+  // The sequence, or a fresh one in `scratch` for a session that has not run yet.
+  status current_sequence(sequence& scratch, const sequence*& s) const {
+    s = &seq_;
+    if (ready_) return {};
+    session_options o = opt_;
+    o.reserve_tokens = 0;
+    SLM_TRY(m_->init_sequence(scratch, o));
+    s = &scratch;
+    return {};
+  }
+  std::size_t record_count() const noexcept {
+    std::size_t n = 0;
+    for (const block& b : m_->blocks_) n += 1 + b.has_engram + b.has_mhc;
+    return n;
+  }
+  // The config's dimensions, per layer its mixer, window and branches, each cache's
+  // layout, the KV dtype.
+  std::uint64_t fingerprint(const sequence& s) const {
+    const nanochat_config& c = m_->cfg_;
+    state_hasher h;
+    h.add(std::string_view("slm nanochat session"));
+    for (std::size_t v : {c.vocab_size, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim()})
+      h.add(static_cast<std::uint64_t>(v));
+    h.add(static_cast<std::uint64_t>(opt_.kv));
+    for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
+      const block& b = m_->blocks_[i];
+      const layer_state& L = s.layers[i];
+      h.add(static_cast<std::uint64_t>(b.kind));
+      h.add(static_cast<std::uint64_t>(c.window_left[i]));
+      h.add(static_cast<std::uint64_t>(b.has_engram));
+      h.add(static_cast<std::uint64_t>(b.has_mhc ? b.branches() : 0));
+      if (b.kind == mixer::mamba) L.mamba.fingerprint(h);
+      else L.kv.fingerprint(h);
+      if (b.has_engram) L.engram.fingerprint(h);
+    }
+    return h.value();
+  }
+  state_format::header header_of(const sequence& s) const {
+    state_format::header h;
+    h.session = state_format::session_kind::nanochat;
+    h.kv = static_cast<std::uint8_t>(opt_.kv);
+    h.fingerprint = fingerprint(s);
+    h.records = record_count();
+    h.position = s.pos;
+    return h;
+  }
+  status write_records(state_writer& w, const sequence& s) const {
+    const std::size_t C = m_->cfg_.n_embd;
+    auto record = [&w](const auto& cache) -> status {
+      SLM_TRY(w.kind(cache.kind()));
+      return cache.save(w);
+    };
+    for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
+      const block& b = m_->blocks_[i];
+      const layer_state& L = s.layers[i];
+      status st = b.kind == mixer::mamba ? record(L.mamba) : record(L.kv);
+      if (st.ok() && b.has_engram) st = record(L.engram);
+      if (st.ok() && b.has_mhc) {
+        st = w.kind("mhc");
+        if (st.ok()) st = w.f32_rows(L.mhc_hist.data(), s.pos, b.branches() * C);
+      }
+      if (!st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
+    }
+    return {};
+  }
+  status load_impl(std::span<const std::byte> bytes) {
+    const std::size_t C = m_->cfg_.n_embd;
+    sequence fresh;
+    SLM_TRY(m_->init_sequence(fresh, opt_));
+    std::size_t position = 0;
+    state_reader r({});
+    SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
+    auto cache_record = [&](auto& cache, const std::string& where) -> status {
+      SLM_TRY(expect_record(r, cache.kind(), where));
+      if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
+      if (cache.size() != position)
+        return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
+      return {};
+    };
+    for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
+      const block& b = m_->blocks_[i];
+      layer_state& L = fresh.layers[i];
+      const std::string where = cat("layer ", i);
+      if (b.kind == mixer::mamba) SLM_TRY(cache_record(L.mamba, where));
+      else SLM_TRY(cache_record(L.kv, where));
+      if (b.has_engram) SLM_TRY(cache_record(L.engram, where + " (engram)"));
+      if (b.has_mhc) {
+        SLM_TRY(expect_record(r, "mhc", where + " (mHC)"));
+        if (auto st = r.f32_rows(L.mhc_hist, position, b.branches() * C, "mHC branch rows"); !st.ok())
+          return std::move(st).with_context(where);
+      }
+    }
+    if (r.remaining() != 0) return make_error(errc::format_error, r.remaining(), " bytes after the last record");
+    seq_.layers = std::move(fresh.layers);
+    seq_.pos = position;
+    ready_ = true;
+    return {};
+  }
+
   const nanochat_model* m_;
   session_options opt_;
   sequence seq_;

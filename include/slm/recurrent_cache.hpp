@@ -10,7 +10,14 @@
 // blob. Floats are written as their IEEE-754 bits, so a round trip is exact (NaN payloads
 // included). state_hasher is the structure fingerprint (FNV-1a 64 over little-endian
 // words); state_format::checksum the blob's trailing checksum (four interleaved
-// multiply-rotate lanes, a few GB/s; it detects corruption, it is not a MAC).
+// multiply-rotate lanes, a few GB/s; it detects corruption, it is not a MAC). Besides
+// f32 / bf16 values the stream holds i32 arrays (token ids) and f32 rows blocks.
+//
+// Blob envelope (write_state_blob, open_state_blob, state_snapshot). Every session kind
+// (decoder, NAM56R, nanochat) writes the same header, records and trailing checksum, and
+// checks a blob the same way before it replaces anything: one implementation here, each
+// session supplies its header fields (session kind, KV dtype, fingerprint, record count)
+// and its records.
 //
 // Recurrent history (recurrent_cache<State>). A recurrent layer (Mamba-2, Mamba-3,
 // M2RNN) keeps a fixed-size state instead of a KV cache; rolling it back means keeping
@@ -67,6 +74,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "slm/buffer.hpp"
 #include "slm/status.hpp"
@@ -213,6 +221,23 @@ class state_writer {
       return converted<2>(n, [p](std::size_t i) { return static_cast<std::uint64_t>(p[i]); });
     }
   }
+  // n 32-bit signed integers (token ids), little-endian two's complement.
+  status i32(const std::int32_t* p, std::size_t n) {
+    if constexpr (std::endian::native == std::endian::little) {
+      return bytes(p, n * sizeof(std::int32_t));
+    } else {
+      return converted<4>(n, [p](std::size_t i) { return static_cast<std::uint64_t>(static_cast<std::uint32_t>(p[i])); });
+    }
+  }
+  // An f32 rows block (the layout of an f32 KV rows block, attention.hpp): u8 0, 7 zero
+  // bytes, u64 width, u64 rows, rows x width f32.
+  status f32_rows(const float* p, std::size_t rows, std::size_t width) {
+    SLM_TRY(u8(0));
+    SLM_TRY(bytes("\0\0\0\0\0\0\0", 7));
+    SLM_TRY(u64(width));
+    SLM_TRY(u64(rows));
+    return f32(p, rows * width);
+  }
   std::uint64_t written() const noexcept { return written_; }
   std::uint64_t checksum() const noexcept { return sum_.value(); }
 
@@ -330,6 +355,33 @@ class state_reader {
       return {};
     }
   }
+  status i32(std::int32_t* dst, std::size_t n, std::string_view what) {
+    SLM_TRY(need_items(n, sizeof(std::int32_t), what));
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t x = 0;
+      SLM_TRY(le(x, 4, what));
+      dst[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x));
+    }
+    return {};
+  }
+  // An f32 rows block (state_writer::f32_rows) of exactly `rows` rows of `width` values,
+  // into dst (resized to rows x width).
+  status f32_rows(floats& dst, std::size_t rows, std::size_t width, std::string_view what) {
+    std::uint8_t type = 0;
+    SLM_TRY(u8(type, what));
+    if (type != 0)
+      return make_error(errc::format_error, "", what, " at byte ", pos_ - 1, " are not f32 (type ",
+                        static_cast<unsigned>(type), ")");
+    SLM_TRY(zeros(7, what));
+    std::size_t wd = 0, n = 0;
+    SLM_TRY(size(wd, what));
+    SLM_TRY(size(n, what));
+    if (wd != width) return make_error(errc::format_error, "", what, " are ", wd, " wide, expected ", width);
+    if (n != rows) return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
+    if (width) SLM_TRY(need_items(rows, width * sizeof(float), what));
+    SLM_TRY(dst.resize(rows * width));
+    return f32(dst.data(), rows * width, what);
+  }
   status u16(std::uint16_t* dst, std::size_t n, std::string_view what) {
     SLM_TRY(need_items(n, sizeof(std::uint16_t), what));
     if constexpr (std::endian::native == std::endian::little) {
@@ -355,6 +407,178 @@ class state_reader {
 
   std::span<const std::byte> data_;
   std::size_t pos_ = 0;
+};
+
+// ---- The blob envelope shared by every session kind (layout in model.hpp) ----
+
+namespace state_format {
+
+// Header byte 13: which kind of session wrote the blob. It was a reserved zero byte when
+// only decoder sessions could save, so their blobs read as `decoder` and still load; a
+// reader that predates the other kinds refuses their blobs (a non-zero reserved byte).
+enum class session_kind : std::uint8_t { decoder = 0, nam56r = 1, nanochat = 2 };
+inline constexpr std::uint8_t last_session_kind = 2;
+inline const char* to_string(session_kind k) noexcept {
+  switch (k) {
+    case session_kind::decoder: return "decoder";
+    case session_kind::nam56r: return "NAM56R";
+    case session_kind::nanochat: return "nanochat";
+  }
+  return "?";
+}
+
+// The header fields a session writes, and expects of a blob it loads.
+struct header {
+  session_kind session = session_kind::decoder;
+  std::uint8_t kv = 0;              // KV dtype: 0 f32, 1 bf16
+  std::uint64_t fingerprint = 0;    // structure fingerprint (state_hasher)
+  std::uint64_t records = 0;        // records that follow the header
+  std::uint64_t position = 0;       // tokens consumed (ignored when loading)
+};
+
+inline const char* kv_name(std::uint8_t kv) noexcept { return kv == 0 ? "f32" : "bf16"; }
+
+inline status write_header(state_writer& w, const header& h, std::uint64_t total) {
+  SLM_TRY(w.bytes(magic, sizeof magic));
+  SLM_TRY(w.u32(version));
+  SLM_TRY(w.u8(h.kv));
+  SLM_TRY(w.u8(static_cast<std::uint8_t>(h.session)));
+  SLM_TRY(w.bytes("\0\0", 2));
+  SLM_TRY(w.u64(total));
+  SLM_TRY(w.u64(h.fingerprint));
+  SLM_TRY(w.u64(h.records));
+  return w.u64(h.position);
+}
+
+}  // namespace state_format
+
+// A whole blob through write(std::span<const std::byte>) -> status, called in order: the
+// header (its total size from a first, counting pass), records(state_writer&) -> status,
+// the checksum. records must write the same bytes on both passes.
+template <class Write, class Records>
+status write_state_blob(Write&& write, const state_format::header& h, Records&& records) {
+  state_writer counter(nullptr, nullptr, false);
+  SLM_TRY(state_format::write_header(counter, h, 0));
+  SLM_TRY(records(counter));
+  const std::uint64_t total = counter.written() + state_format::checksum_bytes;
+  using W = std::remove_reference_t<Write>;
+  state_writer w([](void* ctx, std::span<const std::byte> b) -> status { return (*static_cast<W*>(ctx))(b); },
+                 const_cast<void*>(static_cast<const void*>(std::addressof(write))), true);
+  SLM_TRY(state_format::write_header(w, h, total));
+  SLM_TRY(records(w));
+  if (w.written() + state_format::checksum_bytes != total)
+    return make_error(errc::invalid_argument, "session state: ", w.written(), " bytes written, ",
+                      counter.written(), " counted (internal error)");
+  return w.u64(w.checksum());
+}
+// The size write_state_blob writes.
+template <class Records>
+result<std::uint64_t> state_blob_size(const state_format::header& h, Records&& records) {
+  state_writer counter(nullptr, nullptr, false);
+  SLM_TRY(state_format::write_header(counter, h, 0));
+  SLM_TRY(records(counter));
+  return counter.written() + state_format::checksum_bytes;
+}
+// The same into a byte vector.
+template <class Records>
+result<std::vector<std::byte>> state_blob(const state_format::header& h, Records&& records) {
+  auto n = state_blob_size(h, records);
+  if (!n.ok()) return std::move(n).take_error();
+  std::vector<std::byte> out;
+  if (*n > out.max_size()) return make_error(errc::out_of_memory, "session state of ", *n, " bytes");
+  out.reserve(static_cast<std::size_t>(*n));
+  SLM_TRY(write_state_blob([&out](std::span<const std::byte> b) -> status {
+    out.insert(out.end(), b.begin(), b.end());
+    return {};
+  }, h, records));
+  return out;
+}
+
+// Checks a blob's envelope against what the receiving session expects (`expect`; its
+// position is ignored), in this order: size, magic, version, the session kind and KV
+// dtype bytes, reserved bytes, total size (format_error; unsupported for a version other
+// than 1); the session kind, KV dtype, record count and fingerprint (invalid_argument:
+// another model's blob); the checksum (format_error); the position against max_position
+// (out_of_range). On success `position` is the header's and `records` reads the records
+// (the checksum excluded).
+inline status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
+                              std::size_t max_position, std::size_t& position, state_reader& records) {
+  namespace sf = state_format;
+  constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
+  if (bytes.size() < least)
+    return make_error(errc::format_error, "truncated: ", bytes.size(), " bytes, the header and checksum alone take ",
+                      least);
+  if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
+    return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
+  state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
+  SLM_TRY(r.skip(sizeof sf::magic, "magic"));
+  std::uint32_t version = 0;
+  SLM_TRY(r.u32(version, "version"));
+  if (version != sf::version)
+    return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
+  std::uint8_t kv = 0, kind = 0;
+  SLM_TRY(r.u8(kv, "KV dtype"));
+  if (kv > 1)
+    return make_error(errc::format_error, "KV dtype ", static_cast<unsigned>(kv), " at byte 12 is neither 0 (f32) nor 1 (bf16)");
+  SLM_TRY(r.u8(kind, "session kind"));
+  if (kind > sf::last_session_kind)
+    return make_error(errc::format_error, "session kind ", static_cast<unsigned>(kind), " at byte 13 is none of 0..",
+                      static_cast<unsigned>(sf::last_session_kind), " (decoder, NAM56R, nanochat)");
+  SLM_TRY(r.zeros(2, "reserved header bytes"));
+  std::uint64_t total = 0, fp = 0, count = 0;
+  SLM_TRY(r.u64(total, "total size"));
+  if (total != bytes.size())
+    return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
+                      " were given");
+  SLM_TRY(r.u64(fp, "fingerprint"));
+  SLM_TRY(r.u64(count, "record count"));
+  SLM_TRY(r.size(position, "position"));
+  if (kind != static_cast<std::uint8_t>(expect.session))
+    return make_error(errc::invalid_argument, "saved by a ", sf::to_string(static_cast<sf::session_kind>(kind)),
+                      " session, this is a ", sf::to_string(expect.session), " session");
+  if (kv != expect.kv)
+    return make_error(errc::invalid_argument, "saved with ", sf::kv_name(kv), " KV caches, this session stores ",
+                      sf::kv_name(expect.kv), " (session_options::kv)");
+  if (count != expect.records)
+    return make_error(errc::invalid_argument, "saved from a model of ", count, " layers (state records), this model has ",
+                      expect.records);
+  if (fp != expect.fingerprint)
+    return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
+                      ", this model's ", expect.fingerprint, ")");
+  const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
+  const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
+  if (sum != computed) return make_error(errc::format_error, "corrupted: the checksum is ", sum, ", the data's is ", computed);
+  if (position > max_position)
+    return make_error(errc::out_of_range, "it holds ", position, " positions, this session's limit is ", max_position);
+  records = r;
+  return {};
+}
+
+// A record's kind tag, checked against the one expected (a clear message for a mismatch).
+inline status expect_record(state_reader& r, std::string_view want, std::string_view what) {
+  std::string_view k;
+  SLM_TRY(r.kind(k, "record kind"));
+  if (k == want) return {};
+  const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
+  return make_error(errc::format_error, "", what, " holds a '", printable ? k : std::string_view("?"), "' record, this model's ",
+                    what, " is '", want, "'");
+}
+
+// A session's state held in memory as its saved blob: snapshot() of the NAM56R and
+// nanochat sessions. restore() is a load of these bytes, with every check of load().
+class state_snapshot {
+ public:
+  state_snapshot() = default;
+  explicit state_snapshot(std::vector<std::byte> blob) noexcept : blob_(std::move(blob)) {}
+  std::size_t position() const noexcept { return field(40); }
+  std::uint64_t fingerprint() const noexcept { return field(24); }
+  std::span<const std::byte> bytes() const noexcept { return blob_; }
+
+ private:
+  std::uint64_t field(std::size_t at) const noexcept {
+    return blob_.size() >= state_format::header_bytes ? state_format::detail::load_u64le(blob_.data() + at) : 0;
+  }
+  std::vector<std::byte> blob_;
 };
 
 // session_options::rollback_tokens, or 0 for option types without it (layer tests).

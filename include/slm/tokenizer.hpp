@@ -1,0 +1,1253 @@
+// slm/tokenizer.hpp - HF `tokenizers` BPE tokenizers from tokenizer.json, std only.
+//
+// The pipeline is HF's, step for step, so the ids are HF's ids:
+//   text -> added tokens written verbatim (special ones and normalized=false ones) split out
+//        -> the rest normalized (NFC, NFD, NFKC, Lowercase, Strip, Replace, Prepend, Sequence)
+//        -> added tokens with normalized=true split out of the normalized text
+//        -> pre-tokenizers (Split with a regex or a string and any behaviour, ByteLevel,
+//           Digits, Whitespace, WhitespaceSplit, Metaspace, Sequence) cut it into pieces
+//        -> the BPE model turns each piece into ids (merges by rank, unk / byte fallback,
+//           ignore_merges, continuing-subword prefix, end-of-word suffix)
+//        -> the post-processor adds BOS/EOS (TemplateProcessing, Bert/Roberta) on request.
+// decode() runs HF's decoder chain (ByteLevel, Metaspace, Replace, ByteFallback, Fuse,
+// Strip, BPEDecoder, Sequence; none = tokens joined by spaces) but returns the exact bytes:
+// where HF would print U+FFFD for a byte sequence that is not UTF-8, slm returns the bytes,
+// so decode(encode(x)) == x holds for any byte string x under a byte-level tokenizer.
+//
+// Byte-level tokenizers (a ByteLevel pre-tokenizer last in the chain) run the model on raw
+// bytes: the 256 single-byte symbols and every vocabulary entry are kept as the bytes they
+// stand for, so no piece is ever re-encoded into GPT-2's printable alphabet. Input that is
+// not valid UTF-8 is accepted: each invalid byte is a unit of its own, of general category
+// Co (private use) for the pre-tokenizer regexes (slm/unicode.hpp); under a byte-level
+// model it becomes its byte's token, so nothing is lost.
+//
+// Where slm differs from HF on purpose: exact bytes instead of U+FFFD (above); a token that
+// rstrip extends over text where the next added token starts does not produce overlapping
+// pieces (HF's does: a pathological case). BPE dropout is ignored (inference).
+//
+// A loaded tokenizer is immutable and may be shared by threads; encode() keeps its
+// scratch on the caller's stack (or in an `encode_scratch` the caller reuses).
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "slm/bpe.hpp"
+#include "slm/json.hpp"
+#include "slm/mapped_file.hpp"
+#include "slm/regex.hpp"
+#include "slm/status.hpp"
+#include "slm/unicode.hpp"
+
+namespace slm {
+
+struct encode_options {
+  bool add_special_tokens = true;  // the post-processor's tokens (e.g. Llama-3's BOS), as HF's encode()
+  bool parse_special = true;       // special tokens written in the text become their ids (HF's default);
+                                   // false treats them as plain text (untrusted input)
+};
+
+struct decode_options {
+  bool skip_special_tokens = false;
+};
+
+// Reusable buffers for encode() (one per thread), and a cache of the ids of short pieces
+// seen so far: code repeats its identifiers and operators, so most pieces of a large text
+// skip the merge loop (the cache lives as long as the scratch; it is keyed by the piece's
+// bytes, so it must not be shared between tokenizers: encode() clears it when the
+// tokenizer changes).
+struct encode_scratch {
+  bpe_scratch bpe;
+  std::vector<std::int32_t> symbols;
+  std::string text;
+
+  struct piece_cache {
+    static constexpr std::size_t max_piece = 24, slots = std::size_t{1} << 15;
+    struct slot {
+      std::uint64_t hash = 0;
+      std::uint32_t text_at = 0, ids_at = 0;
+      std::uint8_t text_len = 0, ids_len = 0;  // text_len 0: empty slot
+    };
+    std::vector<slot> table;
+    std::string texts;
+    std::vector<std::int32_t> ids;
+    std::size_t used = 0;
+    std::uint64_t owner = 0;  // the tokenizer's fingerprint (a hash of its tokenizer.json)
+
+    static std::uint64_t hash_of(std::string_view s) noexcept {  // FNV-1a, then a finalizer
+      std::uint64_t h = 0xcbf29ce484222325ull;
+      for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+      return h ^ (h >> 29);
+    }
+    void reset(std::uint64_t who) {
+      table.assign(slots, slot{});
+      texts.clear();
+      ids.clear();
+      used = 0;
+      owner = who;
+    }
+    // The cached ids of piece, or an empty span (not cached).
+    std::span<const std::int32_t> find(std::string_view piece, std::uint64_t h) const noexcept {
+      for (std::size_t i = h & (slots - 1);; i = (i + 1) & (slots - 1)) {
+        const slot& e = table[i];
+        if (e.text_len == 0) return {};
+        if (e.hash == h && e.text_len == piece.size() && std::memcmp(texts.data() + e.text_at, piece.data(), piece.size()) == 0)
+          return {ids.data() + e.ids_at, e.ids_len};
+      }
+    }
+    void insert(std::string_view piece, std::uint64_t h, std::span<const std::int32_t> out) {
+      if (out.empty() || out.size() > 255) return;
+      if (used * 2 >= slots) reset(owner);  // full enough: start over (keeps probes short)
+      std::size_t i = h & (slots - 1);
+      while (table[i].text_len != 0) i = (i + 1) & (slots - 1);
+      table[i] = {h, static_cast<std::uint32_t>(texts.size()), static_cast<std::uint32_t>(ids.size()),
+                  static_cast<std::uint8_t>(piece.size()), static_cast<std::uint8_t>(out.size())};
+      texts.append(piece);
+      ids.insert(ids.end(), out.begin(), out.end());
+      ++used;
+    }
+  } cache;
+};
+
+// The ids of the tokens that generation and fill-in-the-middle need, found by their
+// usual spellings (or set from tokenizer_config.json by load_dir); -1 where absent.
+struct special_token_ids {
+  std::int32_t bos = -1, eos = -1, pad = -1, unk = -1;
+  std::int32_t fim_prefix = -1, fim_middle = -1, fim_suffix = -1;
+};
+
+struct added_token {
+  std::int32_t id = -1;
+  std::string content;
+  bool special = false, single_word = false, lstrip = false, rstrip = false, normalized = false;
+};
+
+class tokenizer {
+ public:
+  // Limits against hostile files.
+  static constexpr std::size_t max_vocab = std::size_t{1} << 24;
+  static constexpr std::size_t max_token_bytes = 4096;
+
+  static result<tokenizer> load(const std::filesystem::path& file) {
+    auto text = read_text_file(file, std::size_t{512} << 20);
+    if (!text.ok()) return std::move(text).error();
+    auto t = parse(*text);
+    if (!t.ok()) return std::move(t).take_error().with_context(file.string());
+    return t;
+  }
+
+  // A model directory: tokenizer.json, and tokenizer_config.json when present (its
+  // bos_token / eos_token / pad_token / unk_token name the special tokens).
+  static result<tokenizer> load_dir(const std::filesystem::path& dir) {
+    auto t = load(dir / "tokenizer.json");
+    if (!t.ok()) return t;
+    std::error_code ec;
+    if (std::filesystem::exists(dir / "tokenizer_config.json", ec)) {
+      auto text = read_text_file(dir / "tokenizer_config.json", std::size_t{64} << 20);
+      if (!text.ok()) return std::move(text).error();
+      auto cfg = json::parse(*text);
+      if (!cfg.ok()) return std::move(cfg).take_error().with_context((dir / "tokenizer_config.json").string());
+      auto pick = [&](std::string_view key, std::int32_t& slot) {
+        const json::value& v = (*cfg)[key];
+        std::string_view name = v.is_string() ? v.as_string() : v.get_string("content");
+        if (auto id = t->find(name)) slot = *id;
+      };
+      pick("bos_token", t->specials_.bos);
+      pick("eos_token", t->specials_.eos);
+      pick("pad_token", t->specials_.pad);
+      pick("unk_token", t->specials_.unk);
+    }
+    return t;
+  }
+
+  static result<tokenizer> parse(std::string_view json_text) {
+    auto doc = json::parse(json_text);
+    if (!doc.ok()) return std::move(doc).take_error().with_context("tokenizer.json");
+    tokenizer t;
+    SLM_TRY(t.build(*doc));
+    t.fingerprint_ = encode_scratch::piece_cache::hash_of(json_text) | 1;  // never 0 (an unused cache)
+    return t;
+  }
+
+  // ---- Encoding ----
+
+  result<std::vector<std::int32_t>> encode(std::string_view text, const encode_options& opt = {}) const {
+    std::vector<std::int32_t> ids;
+    encode_scratch s;
+    SLM_TRY(encode(text, ids, s, opt));
+    return ids;
+  }
+
+  // Appends the ids of `text` to `out`.
+  status encode(std::string_view text, std::vector<std::int32_t>& out, encode_scratch& s,
+                const encode_options& opt = {}) const {
+    if (s.cache.owner != fingerprint_) s.cache.reset(fingerprint_);
+    if (opt.add_special_tokens) add_template(true, out);
+    // 1. Added tokens matched on the raw text (special ones, normalized=false ones).
+    for_each_added(text, raw_added_, opt, [&](std::int32_t id, std::string_view piece) {
+      if (id >= 0) return out.push_back(id);
+      // 2. The rest normalized, then 3. normalized added tokens split out of it.
+      std::string normalized;
+      std::string_view view = piece;
+      if (!normalizers_.empty()) {
+        normalized = normalize(piece);
+        view = normalized;
+      }
+      for_each_added(view, normalized_added_, opt, [&](std::int32_t id2, std::string_view rest) {
+        if (id2 >= 0) return out.push_back(id2);
+        // 4. Pre-tokenizers, then the model on each piece.
+        pre_tokenize(0, rest, rest.data() == text.data(), [&](std::string_view p) { model_encode(p, out, s); });
+      });
+    });
+    if (opt.add_special_tokens) add_template(false, out);
+    return {};
+  }
+
+  // ---- Decoding ----
+
+  // The exact bytes of the ids (see the top of the file). An id outside [0, vocab_size())
+  // is an error; an id inside the range that names no token (a gap) decodes to nothing, as
+  // in HF.
+  result<std::string> decode(std::span<const std::int32_t> ids, const decode_options& opt = {}) const {
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab_size())
+        return make_error(errc::out_of_range, "decode: token id ", ids[i], " at index ", i,
+                          " is outside the vocabulary [0, ", vocab_size(), ")");
+    std::string out;
+    if (bytes_decoder_) {  // ByteLevel alone: every token is its bytes
+      for (std::int32_t id : ids)
+        if (!(opt.skip_special_tokens && is_special(id))) out += token_bytes_[static_cast<std::size_t>(id)];
+      return out;
+    }
+    std::vector<std::string> toks;
+    toks.reserve(ids.size());
+    for (std::int32_t id : ids)
+      if (!(opt.skip_special_tokens && is_special(id)) && has_token_[static_cast<std::size_t>(id)])
+        toks.push_back(tokens_[static_cast<std::size_t>(id)]);
+    if (decoders_.empty()) {
+      for (std::size_t i = 0; i < toks.size(); ++i) {
+        if (i) out.push_back(' ');
+        out += toks[i];
+      }
+      return out;
+    }
+    for (const decode_step& d : decoders_) run_decoder(d, toks);
+    for (const std::string& t : toks) out += t;
+    return out;
+  }
+
+  // Whether each token's text is independent of its neighbours (ByteLevel decoding): then
+  // a stream of ids decodes token by token (detokenizer).
+  bool decodes_token_by_token() const noexcept { return bytes_decoder_; }
+  // The bytes of one token under a token-by-token decoder.
+  std::string_view token_bytes(std::int32_t id) const noexcept {
+    return bytes_decoder_ && id >= 0 && static_cast<std::size_t>(id) < token_bytes_.size()
+               ? std::string_view(token_bytes_[static_cast<std::size_t>(id)])
+               : std::string_view();
+  }
+
+  // ---- Vocabulary ----
+
+  std::size_t vocab_size() const noexcept { return tokens_.size(); }
+  // The token's text as written in tokenizer.json ("Ġthe" under byte-level); empty for a gap.
+  std::string_view token(std::int32_t id) const noexcept {
+    return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() ? std::string_view(tokens_[static_cast<std::size_t>(id)])
+                                                                      : std::string_view();
+  }
+  std::optional<std::int32_t> find(std::string_view content) const {
+    for (const added_token& a : added_)
+      if (a.content == content) return a.id;
+    auto it = vocab_.find(std::string(content));
+    if (it != vocab_.end()) return it->second;
+    return std::nullopt;
+  }
+  bool is_special(std::int32_t id) const noexcept {
+    return id >= 0 && static_cast<std::size_t>(id) < special_.size() && special_[static_cast<std::size_t>(id)];
+  }
+  std::span<const added_token> added_tokens() const noexcept { return added_; }
+  const special_token_ids& specials() const noexcept { return specials_; }
+  special_token_ids& specials() noexcept { return specials_; }
+  std::size_t merge_count() const noexcept { return merges_.size(); }
+  bool byte_level() const noexcept { return byte_mode_; }
+  // Whether decode(encode(x)) == x for every byte string x: byte-level, no normalizer, no
+  // added token that swallows whitespace (lstrip / rstrip).
+  bool lossless() const noexcept {
+    if (!byte_mode_ || !normalizers_.empty() || !bytes_decoder_) return false;
+    for (const added_token& a : added_)
+      if (a.lstrip || a.rstrip) return false;
+    return true;
+  }
+
+  // One line for `slm inspect`: "BPE, 2003 tokens (1737 merges), byte-level, normalizer NFC,
+  // pre-tokenizer Split+Digits+ByteLevel, decoder ByteLevel, 10 added tokens (7 special)".
+  std::string summary() const {
+    std::size_t n_special = 0;
+    for (const added_token& a : added_) n_special += a.special;
+    std::string s = cat("BPE, ", vocab_size(), " tokens (", merges_.size(), " merges)", byte_mode_ ? ", byte-level" : "");
+    if (!unk_token_.empty()) s += cat(", unk ", unk_token_);
+    if (byte_fallback_) s += ", byte fallback";
+    if (!normalizer_names_.empty()) s += cat(", normalizer ", normalizer_names_);
+    if (!pre_names_.empty()) s += cat(", pre-tokenizer ", pre_names_);
+    s += cat(", decoder ", decoder_names_.empty() ? std::string("none") : decoder_names_);
+    s += cat(", ", added_.size(), " added tokens (", n_special, " special)");
+    return s;
+  }
+
+ private:
+  // ---- Pipeline steps, as parsed from the JSON ----
+  enum class split_behavior : std::uint8_t { isolated, removed, merged_with_previous, merged_with_next, contiguous };
+  struct normalize_step {
+    enum kind_t : std::uint8_t { nfc, nfd, nfkc, lowercase, strip, replace, prepend } kind;
+    std::string a, b;                // replace: pattern (string form) / content; prepend: a
+    std::shared_ptr<const regex> re;  // replace with a regex
+    bool left = false, right = false;
+  };
+  struct pre_step {
+    enum kind_t : std::uint8_t { split, digits, byte_level, whitespace_split, metaspace } kind;
+    std::shared_ptr<const regex> re;  // split (regex) / byte_level with use_regex
+    std::string literal;              // split with a string pattern; metaspace: replacement
+    split_behavior behavior = split_behavior::isolated;
+    bool invert = false, individual_digits = false, add_prefix_space = false;
+    enum prepend_t : std::uint8_t { never, first, always } prepend = always;
+    bool split_on_replacement = true;
+  };
+  struct decode_step {
+    enum kind_t : std::uint8_t { byte_level, metaspace, replace, byte_fallback, fuse, strip, bpe_suffix } kind;
+    std::string a, b;  // replace: pattern / content; metaspace: replacement; strip: content; bpe_suffix
+    std::shared_ptr<const regex> re;
+    std::size_t start = 0, stop = 0;
+    bool metaspace_strip_first = true;
+  };
+  struct template_item {
+    bool sequence = false;
+    std::vector<std::int32_t> ids;
+  };
+
+  // ---- Byte-level alphabet (GPT-2): printable bytes stand for themselves, the others map
+  // to U+0100 onwards, in byte order.
+  static std::array<char32_t, 256> byte_to_char() {
+    std::array<char32_t, 256> m{};
+    char32_t next = 256;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      m[b] = printable ? static_cast<char32_t>(b) : next++;
+    }
+    return m;
+  }
+  // The bytes of a byte-level token's text; nullopt when a character is outside the alphabet.
+  static std::optional<std::string> bytes_of(std::string_view s) {
+    static constexpr auto inverse = [] {
+      std::array<std::int16_t, 324> inv{};
+      for (auto& v : inv) v = -1;
+      char32_t next = 256;
+      for (unsigned b = 0; b < 256; ++b) {
+        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        inv[printable ? b : next++] = static_cast<std::int16_t>(b);
+      }
+      return inv;
+    }();
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size();) {
+      std::size_t len = 1;
+      const char32_t c = unicode::decode(s, i, len);
+      if (c >= inverse.size() || inverse[c] < 0) return std::nullopt;
+      out.push_back(static_cast<char>(inverse[c]));
+      i += len;
+    }
+    return out;
+  }
+
+  // ---- Loading ----
+
+  status build(const json::value& doc) {
+    if (!doc.is_object()) return make_error(errc::parse_error, "tokenizer.json: the top level is not an object");
+    const json::value& model = doc["model"];
+    if (!model.is_object()) return make_error(errc::parse_error, "tokenizer.json: no \"model\" object");
+    const std::string_view type = model.get_string("type", "BPE");
+    if (type != "BPE")
+      return make_error(errc::unsupported, "tokenizer.json: model type \"", type,
+                        "\" is not supported (slm implements BPE: GPT-2 / Llama-3 / Qwen / DeepSeek style)");
+    if (status st_ = parse_pre_tokenizer(doc["pre_tokenizer"]); !st_.ok()) return std::move(st_).with_context("pre_tokenizer");
+    if (status st_ = parse_vocab(model); !st_.ok()) return std::move(st_).with_context("model");
+    if (status st_ = parse_added(doc["added_tokens"]); !st_.ok()) return std::move(st_).with_context("added_tokens");
+    if (status st_ = parse_normalizer(doc["normalizer"]); !st_.ok()) return std::move(st_).with_context("normalizer");
+    for (const added_token& a : added_)
+      if (a.normalized && !normalizers_.empty()) tokens_[static_cast<std::size_t>(a.id)] = normalize(a.content);
+    if (status st_ = parse_decoder(doc["decoder"]); !st_.ok()) return std::move(st_).with_context("decoder");
+    if (status st_ = parse_post(doc["post_processor"]); !st_.ok()) return std::move(st_).with_context("post_processor");
+    // Token bytes for the byte-level decoder (added tokens through the same map, as HF's
+    // ByteLevel decoder does; a character outside the alphabet keeps its UTF-8 bytes).
+    if (bytes_decoder_) {
+      token_bytes_.resize(tokens_.size());
+      for (std::size_t i = 0; i < tokens_.size(); ++i) {
+        auto b = bytes_of(tokens_[i]);
+        token_bytes_[i] = b ? std::move(*b) : tokens_[i];
+      }
+    }
+    guess_specials();
+    return {};
+  }
+
+  static result<std::shared_ptr<const regex>> compile_pattern(const json::value& pattern, std::string* literal) {
+    if (const json::value* r = pattern.find("Regex"); r && r->is_string()) {
+      auto re = regex::compile(r->as_string());
+      if (!re.ok()) return std::move(re).take_error().with_context("pattern");
+      return std::make_shared<const regex>(std::move(*re));
+    }
+    if (const json::value* s = pattern.find("String"); s && s->is_string()) {
+      *literal = std::string(s->as_string());
+      if (literal->empty()) return make_error(errc::invalid_argument, "an empty String pattern");
+      return std::shared_ptr<const regex>();
+    }
+    return make_error(errc::parse_error, "pattern: expected {\"Regex\": ...} or {\"String\": ...}");
+  }
+
+  static result<split_behavior> parse_behavior(std::string_view b) {
+    if (b == "Isolated") return split_behavior::isolated;
+    if (b == "Removed") return split_behavior::removed;
+    if (b == "MergedWithPrevious") return split_behavior::merged_with_previous;
+    if (b == "MergedWithNext") return split_behavior::merged_with_next;
+    if (b == "Contiguous") return split_behavior::contiguous;
+    return make_error(errc::unsupported, "split behavior \"", b, "\"");
+  }
+
+  status parse_pre_tokenizer(const json::value& v) {
+    if (v.is_null()) return {};
+    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+    const std::string_view type = v.get_string("type");
+    if (type == "Sequence") {
+      const json::value& list = v["pretokenizers"];
+      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"pretokenizers\"");
+      for (const json::value& p : list.items()) SLM_TRY(parse_pre_tokenizer(p));
+      return {};
+    }
+    if (!pre_.empty() && pre_.back().kind == pre_step::byte_level)
+      return make_error(errc::unsupported, "a pre-tokenizer (", type, ") after ByteLevel");
+    pre_step s{};
+    if (type == "Split") {
+      s.kind = pre_step::split;
+      auto re = compile_pattern(v["pattern"], &s.literal);
+      if (!re.ok()) return std::move(re).take_error().with_context("Split");
+      s.re = std::move(*re);
+      auto b = parse_behavior(v.get_string("behavior", "Isolated"));
+      if (!b.ok()) return std::move(b).take_error().with_context("Split");
+      s.behavior = *b;
+      s.invert = v.get_bool("invert", false);
+    } else if (type == "ByteLevel") {
+      s.kind = pre_step::byte_level;
+      s.add_prefix_space = v.get_bool("add_prefix_space", false);
+      if (v.get_bool("use_regex", true)) {
+        auto re = regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
+        if (!re.ok()) return std::move(re).take_error().with_context("ByteLevel");
+        s.re = std::make_shared<const regex>(std::move(*re));
+      }
+      byte_mode_ = true;
+    } else if (type == "Digits") {
+      s.kind = pre_step::digits;
+      s.individual_digits = v.get_bool("individual_digits", false);
+    } else if (type == "WhitespaceSplit") {
+      s.kind = pre_step::whitespace_split;
+    } else if (type == "Whitespace") {  // \w+|[^\w\s]+, the matches kept
+      s.kind = pre_step::split;
+      auto re = regex::compile(R"(\w+|[^\w\s]+)");
+      if (!re.ok()) return std::move(re).take_error().with_context("Whitespace");
+      s.re = std::make_shared<const regex>(std::move(*re));
+      s.behavior = split_behavior::removed;
+      s.invert = true;
+    } else if (type == "Metaspace") {
+      s.kind = pre_step::metaspace;
+      s.literal = std::string(v.get_string("replacement", "\xE2\x96\x81"));
+      const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
+      s.prepend = scheme == "never" ? pre_step::never : scheme == "first" ? pre_step::first : pre_step::always;
+      s.split_on_replacement = v.get_bool("split", true);
+    } else {
+      return make_error(errc::unsupported, "pre-tokenizer type \"", type, "\"");
+    }
+    pre_names_ += cat(pre_names_.empty() ? "" : "+", type);
+    pre_.push_back(std::move(s));
+    return {};
+  }
+
+  status parse_normalizer(const json::value& v) {
+    if (v.is_null()) return {};
+    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+    const std::string_view type = v.get_string("type");
+    if (type == "Sequence") {
+      const json::value& list = v["normalizers"];
+      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"normalizers\"");
+      for (const json::value& n : list.items()) SLM_TRY(parse_normalizer(n));
+      return {};
+    }
+    normalize_step s{};
+    if (type == "NFC") s.kind = normalize_step::nfc;
+    else if (type == "NFD") s.kind = normalize_step::nfd;
+    else if (type == "NFKC") s.kind = normalize_step::nfkc;
+    else if (type == "Lowercase") s.kind = normalize_step::lowercase;
+    else if (type == "Strip") {
+      s.kind = normalize_step::strip;
+      s.left = v.get_bool("strip_left", true);
+      s.right = v.get_bool("strip_right", true);
+    } else if (type == "Replace") {
+      s.kind = normalize_step::replace;
+      auto re = compile_pattern(v["pattern"], &s.a);
+      if (!re.ok()) return std::move(re).take_error().with_context("Replace");
+      s.re = std::move(*re);
+      s.b = std::string(v.get_string("content"));
+    } else if (type == "Prepend") {
+      s.kind = normalize_step::prepend;
+      s.a = std::string(v.get_string("prepend"));
+    } else {
+      return make_error(errc::unsupported, "normalizer type \"", type, "\"");
+    }
+    normalizer_names_ += cat(normalizer_names_.empty() ? "" : "+", type);
+    normalizers_.push_back(std::move(s));
+    return {};
+  }
+
+  status parse_decoder(const json::value& v) {
+    if (v.is_null()) return {};
+    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+    const std::string_view type = v.get_string("type");
+    if (type == "Sequence") {
+      const json::value& list = v["decoders"];
+      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"decoders\"");
+      for (const json::value& d : list.items()) SLM_TRY(parse_decoder(d));
+      bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::byte_level;
+      return {};
+    }
+    decode_step s{};
+    if (type == "ByteLevel") s.kind = decode_step::byte_level;
+    else if (type == "Metaspace") {
+      s.kind = decode_step::metaspace;
+      s.a = std::string(v.get_string("replacement", "\xE2\x96\x81"));
+      const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
+      s.metaspace_strip_first = scheme != "never";
+    } else if (type == "Replace") {
+      s.kind = decode_step::replace;
+      auto re = compile_pattern(v["pattern"], &s.a);
+      if (!re.ok()) return std::move(re).take_error().with_context("Replace");
+      s.re = std::move(*re);
+      s.b = std::string(v.get_string("content"));
+    } else if (type == "ByteFallback") s.kind = decode_step::byte_fallback;
+    else if (type == "Fuse") s.kind = decode_step::fuse;
+    else if (type == "Strip") {
+      s.kind = decode_step::strip;
+      s.a = std::string(v.get_string("content", " "));
+      s.start = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("start", 0)));
+      s.stop = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("stop", 0)));
+    } else if (type == "BPEDecoder") {
+      s.kind = decode_step::bpe_suffix;
+      s.a = std::string(v.get_string("suffix", "</w>"));
+    } else {
+      return make_error(errc::unsupported, "decoder type \"", type, "\"");
+    }
+    decoder_names_ += cat(decoder_names_.empty() ? "" : "+", type);
+    decoders_.push_back(std::move(s));
+    bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::byte_level;
+    return {};
+  }
+
+  status set_token(std::int32_t id, std::string_view content) {
+    if (id < 0 || static_cast<std::size_t>(id) >= max_vocab)
+      return make_error(errc::out_of_range, "token id ", id, " (\"", content.substr(0, 64), "\") outside [0, ", max_vocab, ")");
+    if (content.size() > max_token_bytes)
+      return make_error(errc::out_of_range, "token ", id, " is ", content.size(), " bytes long (at most ", max_token_bytes, ")");
+    const auto i = static_cast<std::size_t>(id);
+    if (i >= tokens_.size()) {
+      tokens_.resize(i + 1);
+      has_token_.resize(i + 1, false);
+      special_.resize(i + 1, false);
+    }
+    tokens_[i] = std::string(content);
+    has_token_[i] = true;
+    return {};
+  }
+
+  status parse_vocab(const json::value& model) {
+    const json::value& vocab = model["vocab"];
+    if (!vocab.is_object()) return make_error(errc::parse_error, "no \"vocab\" object");
+    if (vocab.size() > max_vocab) return make_error(errc::out_of_range, vocab.size(), " vocabulary entries (at most ", max_vocab, ")");
+    vocab_.reserve(vocab.size());
+    for (const json::member& m : vocab.members()) {
+      const auto id = m.val.as_int64();
+      if (!id || !m.val.is_number()) return make_error(errc::parse_error, "vocab entry \"", m.key, "\" is not an integer id");
+      SLM_TRY(set_token(static_cast<std::int32_t>(*id), m.key));
+      if (!vocab_.emplace(m.key, static_cast<std::int32_t>(*id)).second)
+        return make_error(errc::parse_error, "vocab entry \"", m.key, "\" appears twice");
+    }
+    unk_token_ = std::string(model.get_string("unk_token"));
+    if (!unk_token_.empty()) {
+      auto it = vocab_.find(unk_token_);
+      if (it == vocab_.end()) return make_error(errc::parse_error, "unk_token \"", unk_token_, "\" is not in the vocabulary");
+      unk_id_ = it->second;
+    }
+    byte_fallback_ = model.get_bool("byte_fallback", false);
+    fuse_unk_ = model.get_bool("fuse_unk", false);
+    ignore_merges_ = model.get_bool("ignore_merges", false);
+    prefix_ = std::string(model.get_string("continuing_subword_prefix"));
+    suffix_ = std::string(model.get_string("end_of_word_suffix"));
+    if (byte_mode_ && (!prefix_.empty() || !suffix_.empty() || byte_fallback_))
+      return make_error(errc::unsupported, "a byte-level BPE with a continuing-subword prefix, end-of-word suffix or byte fallback");
+
+    // Merges: "a b" strings or ["a", "b"] pairs, rank = position.
+    const json::value& merges = model["merges"];
+    if (!merges.is_null() && !merges.is_array()) return make_error(errc::parse_error, "\"merges\" is not an array");
+    merges_.reserve(merges.size());
+    std::uint32_t rank = 0;
+    for (const json::value& m : merges.items()) {
+      std::string_view a, b;
+      if (m.is_string()) {
+        const std::string_view s = m.as_string();
+        const auto sp = s.find(' ');
+        if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos)
+          return make_error(errc::parse_error, "merge ", rank, " \"", s.substr(0, 64), "\" is not two tokens separated by one space");
+        a = s.substr(0, sp), b = s.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+        a = m[0].as_string(), b = m[1].as_string();
+      } else {
+        return make_error(errc::parse_error, "merge ", rank, " is neither \"a b\" nor [\"a\", \"b\"]");
+      }
+      auto ia = vocab_.find(std::string(a)), ib = vocab_.find(std::string(b));
+      if (ia == vocab_.end() || ib == vocab_.end())
+        return make_error(errc::parse_error, "merge ", rank, " (\"", a.substr(0, 64), "\", \"", b.substr(0, 64),
+                          "\"): a part is not in the vocabulary");
+      std::string merged(a);
+      merged += b.substr(std::min(b.size(), b.substr(0, prefix_.size()) == prefix_ ? prefix_.size() : std::size_t{0}));
+      auto im = vocab_.find(merged);
+      if (im == vocab_.end())
+        return make_error(errc::parse_error, "merge ", rank, ": the merged token \"", std::string_view(merged).substr(0, 64),
+                          "\" is not in the vocabulary");
+      merges_.add(ia->second, ib->second, im->second, rank);
+      ++rank;
+    }
+
+    if (byte_mode_) {
+      // Initial symbols: the token of each single byte; the vocabulary by bytes.
+      const auto chars = byte_to_char();
+      byte_ids_.fill(-1);
+      for (unsigned b = 0; b < 256; ++b) {
+        std::string s;
+        unicode::append_utf8(s, chars[b]);
+        if (auto it = vocab_.find(s); it != vocab_.end()) byte_ids_[b] = it->second;
+      }
+      if (ignore_merges_) {
+        vocab_bytes_.reserve(vocab_.size());
+        for (const auto& [text, id] : vocab_)
+          if (auto bytes = bytes_of(text)) vocab_bytes_.emplace(std::move(*bytes), id);
+      }
+    }
+    return {};
+  }
+
+  status parse_added(const json::value& list) {
+    if (list.is_null()) return {};
+    if (!list.is_array()) return make_error(errc::parse_error, "expected an array");
+    for (const json::value& v : list.items()) {
+      added_token a;
+      const auto id = v["id"].as_int64();
+      if (!id || !v["content"].is_string()) return make_error(errc::parse_error, "an entry without an integer id and a content string");
+      a.id = static_cast<std::int32_t>(*id);
+      a.content = std::string(v["content"].as_string());
+      if (a.content.empty()) return make_error(errc::parse_error, "token ", a.id, " has empty content");
+      a.special = v.get_bool("special", false);
+      a.single_word = v.get_bool("single_word", false);
+      a.lstrip = v.get_bool("lstrip", false);
+      a.rstrip = v.get_bool("rstrip", false);
+      a.normalized = v.get_bool("normalized", !a.special);
+      // A normalized token's text is its normalized form (HF stores it so: decode shows it).
+      SLM_TRY(set_token(a.id, a.content));
+      if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+      added_.push_back(std::move(a));
+    }
+    return {};
+  }
+
+  status parse_post(const json::value& v) {
+    if (v.is_null()) return {};
+    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+    const std::string_view type = v.get_string("type");
+    auto id_of = [&](const json::value& pair) -> result<std::int32_t> {  // ["<s>", 1]
+      if (!pair.is_array() || pair.size() != 2 || !pair[1].as_int64())
+        return make_error(errc::parse_error, type, ": a special token is not [\"token\", id]");
+      return static_cast<std::int32_t>(*pair[1].as_int64());
+    };
+    if (type == "Sequence") {
+      const json::value& list = v["processors"];
+      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"processors\"");
+      for (const json::value& p : list.items()) SLM_TRY(parse_post(p));
+      return {};
+    }
+    if (type == "ByteLevel") return {};  // offsets only
+    if (type == "TemplateProcessing") {
+      const json::value& single = v["single"];
+      if (!single.is_array()) return make_error(errc::parse_error, "TemplateProcessing without \"single\"");
+      const json::value& table = v["special_tokens"];
+      std::vector<template_item> items;
+      for (const json::value& piece : single.items()) {
+        if (piece.find("Sequence")) {
+          items.push_back({true, {}});
+          continue;
+        }
+        const json::value* sp = piece.find("SpecialToken");
+        if (!sp) return make_error(errc::parse_error, "TemplateProcessing: an item is neither Sequence nor SpecialToken");
+        const std::string_view name = sp->get_string("id");
+        const json::value* entry = table.find(name);
+        if (!entry) return make_error(errc::parse_error, "TemplateProcessing: special token \"", name, "\" is not in special_tokens");
+        template_item it;
+        for (const json::value& id : (*entry)["ids"].items()) {
+          auto n = id.as_int64();
+          if (!n || *n < 0 || static_cast<std::size_t>(*n) >= max_vocab)
+            return make_error(errc::parse_error, "TemplateProcessing: a bad id for \"", name, "\"");
+          it.ids.push_back(static_cast<std::int32_t>(*n));
+        }
+        items.push_back(std::move(it));
+      }
+      template_ = std::move(items);
+      return {};
+    }
+    if (type == "BertProcessing" || type == "RobertaProcessing") {
+      auto cls = id_of(v["cls"]);
+      if (!cls.ok()) return std::move(cls).error();
+      auto sep = id_of(v["sep"]);
+      if (!sep.ok()) return std::move(sep).error();
+      template_ = {{false, {*cls}}, {true, {}}, {false, {*sep}}};
+      return {};
+    }
+    return make_error(errc::unsupported, "post-processor type \"", type, "\"");
+  }
+
+  void guess_specials() {
+    auto first_of = [&](std::initializer_list<std::string_view> names) -> std::int32_t {
+      for (std::string_view n : names)
+        if (auto id = find(n)) return *id;
+      return -1;
+    };
+    specials_.bos = first_of({"<|bos|>", "<BOS>", "<s>", "<|begin_of_text|>", "<|startoftext|>",
+                              "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[BOS]"});
+    specials_.eos = first_of({"<|eos|>", "<EOS>", "</s>", "<|end_of_text|>", "<|endoftext|>",
+                              "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[EOS]"});
+    specials_.pad = first_of({"<|pad|>", "<PAD>", "<pad>", "[PAD]", "<|fim_pad|>"});
+    specials_.unk = unk_id_ >= 0 ? unk_id_ : first_of({"<|unk|>", "<UNK>", "<unk>", "[UNK]"});
+    specials_.fim_prefix = first_of({"<|fim_prefix|>", "<FIM_PREFIX>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>"});
+    specials_.fim_suffix = first_of({"<|fim_suffix|>", "<FIM_SUFFIX>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>"});
+    specials_.fim_middle = first_of({"<|fim_middle|>", "<FIM_MIDDLE>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>"});
+    // Added-token tables for matching: raw (special or normalized=false) and normalized.
+    for (std::size_t i = 0; i < added_.size(); ++i) {
+      const added_token& a = added_[i];
+      if (a.normalized && !normalizers_.empty()) {
+        normalized_added_.add(normalize(a.content), i);
+      } else if (a.normalized) {
+        normalized_added_.add(a.content, i);
+      } else {
+        raw_added_.add(a.content, i);
+      }
+    }
+  }
+
+  // ---- Added tokens: leftmost-longest matching of a set of strings ----
+  struct added_matcher {
+    struct entry {
+      std::string text;
+      std::size_t index;  // into added_
+    };
+    std::array<std::vector<entry>, 256> by_first{};  // longest first within a bucket
+    std::array<bool, 256> first{};
+    bool empty = true;
+    void add(std::string text, std::size_t index) {
+      if (text.empty()) return;
+      const auto b = static_cast<unsigned char>(text[0]);
+      auto& bucket = by_first[b];
+      bucket.push_back({std::move(text), index});
+      std::stable_sort(bucket.begin(), bucket.end(), [](const entry& x, const entry& y) { return x.text.size() > y.text.size(); });
+      first[b] = true;
+      empty = false;
+    }
+    // The leftmost-longest match at or after `from`: (begin, entry) or begin = npos.
+    std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const {
+      if (empty) return {std::string_view::npos, nullptr};
+      for (std::size_t i = from; i < s.size(); ++i) {
+        const auto b = static_cast<unsigned char>(s[i]);
+        if (!first[b]) continue;
+        for (const entry& e : by_first[b])
+          if (s.size() - i >= e.text.size() && std::memcmp(s.data() + i, e.text.data(), e.text.size()) == 0)
+            return {i, &e};
+      }
+      return {std::string_view::npos, nullptr};
+    }
+  };
+
+  static bool is_word_char(char32_t c) {
+    using unicode::category;
+    const category k = unicode::general_category(c);
+    return c == U'_' || k <= category::Lo || k == category::Nd || k == category::Nl || k == category::No;
+  }
+
+  // Calls fn(id, piece) for the pieces of s in order: fn(id >= 0, token text) for an added
+  // token, fn(-1, text) between them (HF's AddedVocabulary::find_matches).
+  template <class Fn>
+  void for_each_added(std::string_view s, const added_matcher& m, const encode_options& opt, Fn&& fn) const {
+    if (m.empty) {
+      fn(-1, s);
+      return;
+    }
+    std::size_t done = 0, from = 0;
+    while (from < s.size()) {
+      auto [at, e] = m.next(s, from);
+      if (!e) break;
+      const added_token& tok = added_[e->index];
+      std::size_t start = at, stop = at + e->text.size();
+      from = stop;
+      if (tok.special && !opt.parse_special) continue;
+      if (tok.single_word) {
+        std::size_t len = 1;
+        bool word_before = false, word_after = false;
+        if (start > 0) {
+          std::size_t k = start - 1;
+          while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+          word_before = is_word_char(unicode::decode(s, k, len));
+        }
+        if (stop < s.size()) word_after = is_word_char(unicode::decode(s, stop, len));
+        if (word_before || word_after) continue;
+      }
+      if (tok.lstrip) {
+        std::size_t k = start;
+        while (k > done) {
+          std::size_t j = k - 1, len = 1;
+          while (j > done && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+          if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
+          k = j;
+        }
+        start = k;
+      }
+      if (tok.rstrip) {
+        while (stop < s.size()) {
+          std::size_t len = 1;
+          if (!unicode::is_white_space(unicode::decode(s, stop, len))) break;
+          stop += len;
+        }
+        from = stop;
+      }
+      if (done < start) fn(-1, s.substr(done, start - done));
+      fn(tok.id, s.substr(start, stop - start));
+      done = stop;
+    }
+    if (done < s.size() || s.empty()) fn(-1, s.substr(done));
+  }
+
+  // ---- Normalizers ----
+  std::string normalize(std::string_view in) const {
+    std::string s(in);
+    for (const normalize_step& n : normalizers_) {
+      switch (n.kind) {
+        case normalize_step::nfc: s = unicode::nfc(s); break;
+        case normalize_step::nfd: s = unicode::nfd(s); break;
+        case normalize_step::nfkc: s = unicode::nfkc(s); break;
+        case normalize_step::lowercase: s = lowercase(s); break;
+        case normalize_step::strip: s = strip_white(s, n.left, n.right); break;
+        case normalize_step::replace: s = replace_all(s, n.a, n.re.get(), n.b); break;
+        case normalize_step::prepend:
+          if (!s.empty()) s.insert(0, n.a);
+          break;
+      }
+    }
+    return s;
+  }
+  // Lowercase by simple case folding: exact for ASCII and for the letters whose lowercase
+  // is one code point (HF uses Rust's full to_lowercase; they differ on a handful of
+  // letters such as U+0130).
+  static std::string lowercase(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (std::size_t i = 0; i < s.size();) {
+      std::size_t len = 1;
+      const char32_t c = unicode::decode(s, i, len);
+      if (c < 0x80) out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));
+      else unicode::append_utf8(out, unicode::simple_fold(c));
+      i += len;
+    }
+    return out;
+  }
+  static std::string strip_white(std::string_view s, bool left, bool right) {
+    std::size_t b = 0, e = s.size();
+    while (left && b < e) {
+      std::size_t len = 1;
+      if (!unicode::is_white_space(unicode::decode(s, b, len))) break;
+      b += len;
+    }
+    while (right && e > b) {
+      std::size_t j = e - 1, len = 1;
+      while (j > b && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+      if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
+      e = j;
+    }
+    return std::string(s.substr(b, e - b));
+  }
+  static std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
+    std::string out;
+    std::size_t pos = 0;
+    if (re) {
+      std::size_t from = 0, b = 0, e = 0;
+      while (from <= s.size() && re->search(s, from, b, e)) {
+        out.append(s.substr(pos, b - pos));
+        out += with;
+        pos = e;
+        if (e == b) {  // an empty match: copy one code point and go on
+          if (b >= s.size()) break;
+          std::size_t len = 1;
+          unicode::decode(s, b, len);
+          out.append(s.substr(b, len));
+          pos = b + len;
+          from = pos;
+        } else {
+          from = e;
+        }
+      }
+    } else {
+      for (std::size_t at; (at = s.find(literal, pos)) != std::string_view::npos; pos = at + literal.size()) {
+        out.append(s.substr(pos, at - pos));
+        out += with;
+      }
+    }
+    out.append(s.substr(std::min(pos, s.size())));
+    return out;
+  }
+
+  // ---- Pre-tokenizers ----
+
+  // Matches of `pattern` in s as HF's Pattern::find_matches: (begin, end, is_match) over
+  // the whole of s, gaps included, in order (onig's find_iter: an empty match right after
+  // the previous match is skipped by one character).
+  template <class Fn>
+  static void regex_matches(const regex& re, std::string_view s, Fn&& fn) {
+    std::size_t prev = 0, last_end = 0, last_match_end = std::string_view::npos;
+    while (last_end <= s.size()) {
+      std::size_t b = 0, e = 0;
+      if (!re.search(s, last_end, b, e)) break;
+      if (b == e && e == last_match_end) {
+        if (last_end >= s.size()) break;
+        std::size_t len = 1;
+        unicode::decode(s, last_end, len);
+        last_end += len;
+        continue;
+      }
+      last_end = e, last_match_end = e;
+      if (prev != b) fn(prev, b, false);
+      fn(b, e, true);
+      prev = e;
+      if (b == e && e >= s.size()) break;
+    }
+    if (prev != s.size()) fn(prev, s.size(), false);
+  }
+  template <class Fn>
+  static void literal_matches(std::string_view lit, std::string_view s, Fn&& fn) {
+    std::size_t prev = 0;
+    for (std::size_t at; (at = s.find(lit, prev)) != std::string_view::npos; prev = at + lit.size()) {
+      if (prev != at) fn(prev, at, false);
+      fn(at, at + lit.size(), true);
+    }
+    if (prev != s.size()) fn(prev, s.size(), false);
+  }
+  template <class Pred, class Fn>
+  static void char_matches(std::string_view s, Pred&& pred, Fn&& fn) {
+    std::size_t prev = 0;
+    for (std::size_t i = 0; i < s.size();) {
+      std::size_t len = 1;
+      const char32_t c = unicode::decode(s, i, len);
+      if (pred(c)) {
+        if (prev < i) fn(prev, i, false);
+        fn(i, i + len, true);
+        prev = i + len;
+      }
+      i += len;
+    }
+    if (prev < s.size()) fn(prev, s.size(), false);
+  }
+
+  // Applies a split behaviour to the (begin, end, is_match) stream and calls out(piece)
+  // for every non-empty resulting piece.
+  template <class Source, class Out>
+  static void split_pieces(std::string_view s, split_behavior behavior, bool invert, Source&& source, Out&& out) {
+    if (behavior == split_behavior::isolated) {  // the common case, without a buffer
+      source([&](std::size_t b, std::size_t e, bool) {
+        if (e > b) out(s.substr(b, e - b));
+      });
+      return;
+    }
+    struct span3 {
+      std::size_t b, e;
+      bool m;
+    };
+    std::vector<span3> v;
+    source([&](std::size_t b, std::size_t e, bool m) { v.push_back({b, e, m != invert}); });
+    std::vector<std::pair<std::size_t, std::size_t>> res;
+    bool previous = false;
+    switch (behavior) {
+      case split_behavior::isolated: break;
+      case split_behavior::removed:
+        for (const span3& x : v)
+          if (!x.m) res.emplace_back(x.b, x.e);
+        break;
+      case split_behavior::merged_with_previous:
+        for (const span3& x : v) {
+          if (x.m && !previous && !res.empty()) res.back().second = x.e;
+          else res.emplace_back(x.b, x.e);
+          previous = x.m;
+        }
+        break;
+      case split_behavior::merged_with_next:
+        for (std::size_t k = v.size(); k-- > 0;) {
+          const span3& x = v[k];
+          if (x.m && !previous && !res.empty()) res.back().first = x.b;
+          else res.emplace_back(x.b, x.e);
+          previous = x.m;
+        }
+        std::reverse(res.begin(), res.end());
+        break;
+      case split_behavior::contiguous:
+        for (std::size_t k = 0; k < v.size(); ++k) {
+          const span3& x = v[k];
+          if (k > 0 && x.m == previous && !res.empty()) res.back().second = x.e;
+          else res.emplace_back(x.b, x.e);
+          previous = x.m;
+        }
+        break;
+    }
+    for (const auto& [b, e] : res)
+      if (e > b) out(s.substr(b, e - b));
+  }
+
+  // Runs pre-tokenizer `step` on one piece and hands each resulting piece to the next
+  // step, the last one to sink (the model). `first` says the piece starts the text
+  // (Metaspace's prepend_scheme "first").
+  template <class Sink>
+  void pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const {
+    if (step == pre_.size()) return sink(piece);
+    const pre_step& p = pre_[step];
+    auto next = [&](std::string_view sub) { pre_tokenize(step + 1, sub, first && sub.data() == piece.data(), sink); };
+    switch (p.kind) {
+      case pre_step::split:
+        if (p.re)
+          split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { regex_matches(*p.re, piece, f); }, next);
+        else
+          split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { literal_matches(p.literal, piece, f); }, next);
+        return;
+      case pre_step::digits: {
+        auto numeric = [](char32_t c) {
+          const auto k = unicode::general_category(c);
+          return k == unicode::category::Nd || k == unicode::category::Nl || k == unicode::category::No;
+        };
+        split_pieces(piece, p.individual_digits ? split_behavior::isolated : split_behavior::contiguous, false,
+                     [&](auto&& f) { char_matches(piece, numeric, f); }, next);
+        return;
+      }
+      case pre_step::whitespace_split:
+        split_pieces(piece, split_behavior::removed, false,
+                     [&](auto&& f) { char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
+        return;
+      case pre_step::byte_level: {
+        std::string prefixed;
+        std::string_view s = piece;
+        if (p.add_prefix_space && (s.empty() || s[0] != ' ')) {
+          prefixed = cat(" ", s);
+          s = prefixed;
+        }
+        if (p.re)
+          split_pieces(s, split_behavior::isolated, false, [&](auto&& f) { regex_matches(*p.re, s, f); },
+                       [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+        else
+          pre_tokenize(step + 1, s, false, sink);
+        return;
+      }
+      case pre_step::metaspace: {
+        std::string s = replace_all(piece, " ", nullptr, p.literal);
+        if ((p.prepend == pre_step::always || (p.prepend == pre_step::first && first)) &&
+            s.compare(0, p.literal.size(), p.literal) != 0)
+          s.insert(0, p.literal);
+        if (!p.split_on_replacement) return pre_tokenize(step + 1, s, false, sink);
+        const std::string_view sv = s;
+        split_pieces(sv, split_behavior::merged_with_next, false, [&](auto&& f) { literal_matches(p.literal, sv, f); },
+                     [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+        return;
+      }
+    }
+  }
+
+  // ---- The model ----
+  void model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
+    if (piece.empty()) return;
+    const bool cacheable = piece.size() <= encode_scratch::piece_cache::max_piece;
+    std::uint64_t h = 0;
+    if (cacheable) {
+      h = encode_scratch::piece_cache::hash_of(piece);
+      if (auto hit = s.cache.find(piece, h); !hit.empty()) return out.insert(out.end(), hit.begin(), hit.end()), void();
+    }
+    const std::size_t first = out.size();
+    model_encode_uncached(piece, out, s);
+    if (cacheable) s.cache.insert(piece, h, std::span(out).subspan(first));
+  }
+
+  void model_encode_uncached(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
+    auto& sym = s.symbols;
+    sym.clear();
+    if (byte_mode_) {
+      if (ignore_merges_) {
+        auto it = vocab_bytes_.find(piece);
+        if (it != vocab_bytes_.end()) return out.push_back(it->second);
+      }
+      for (char c : piece) {
+        const std::int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+        if (id >= 0) sym.push_back(id);
+        else if (unk_id_ >= 0 && !(fuse_unk_ && !sym.empty() && sym.back() == unk_id_)) sym.push_back(unk_id_);
+      }
+    } else {
+      if (ignore_merges_) {
+        auto it = vocab_.find(piece);
+        if (it != vocab_.end()) return out.push_back(it->second);
+      }
+      std::string& key = s.text;
+      bool pending_unk = false;
+      for (std::size_t i = 0; i < piece.size();) {
+        std::size_t len = 1;
+        unicode::decode(piece, i, len);
+        key.clear();
+        if (i > 0) key += prefix_;
+        key.append(piece.substr(i, len));
+        if (i + len == piece.size()) key += suffix_;
+        auto it = vocab_.find(key);
+        if (it != vocab_.end()) {
+          if (pending_unk) sym.push_back(unk_id_), pending_unk = false;
+          sym.push_back(it->second);
+        } else {
+          bool done = false;
+          if (byte_fallback_) {
+            std::size_t n0 = sym.size();
+            done = true;
+            for (std::size_t k = 0; k < len && done; ++k) {
+              static constexpr char hex[] = "0123456789ABCDEF";
+              const auto b = static_cast<unsigned char>(piece[i + k]);
+              const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+              auto bt = vocab_.find(std::string(name, 6));
+              if (bt == vocab_.end()) done = false;
+              else sym.push_back(bt->second);
+            }
+            if (!done) sym.resize(n0);  // (a pending unk stays pending across byte tokens, as in HF)
+          }
+          if (!done && unk_id_ >= 0) {
+            if (pending_unk && !fuse_unk_) sym.push_back(unk_id_);
+            pending_unk = true;
+          }
+        }
+        i += len;
+      }
+      if (pending_unk) sym.push_back(unk_id_);
+    }
+    merges_.merge(sym, s.bpe);
+    out.insert(out.end(), sym.begin(), sym.end());
+  }
+
+  void add_template(bool before, std::vector<std::int32_t>& out) const {
+    bool seen_sequence = false;
+    for (const template_item& t : template_) {
+      if (t.sequence) {
+        seen_sequence = true;
+        continue;
+      }
+      if (seen_sequence != before) out.insert(out.end(), t.ids.begin(), t.ids.end());
+    }
+  }
+
+  // ---- Decoders (HF's decode_chain, on the list of token texts) ----
+  void run_decoder(const decode_step& d, std::vector<std::string>& toks) const {
+    switch (d.kind) {
+      case decode_step::byte_level:
+        for (std::string& t : toks)
+          if (auto b = bytes_of(t)) t = std::move(*b);
+        return;
+      case decode_step::metaspace:
+        for (std::size_t i = 0; i < toks.size(); ++i)
+          toks[i] = replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
+        return;
+      case decode_step::replace:
+        for (std::string& t : toks) t = replace_all(t, d.a, d.re.get(), d.b);
+        return;
+      case decode_step::byte_fallback: {
+        std::vector<std::string> out;
+        std::string bytes;
+        for (std::string& t : toks) {
+          auto hexval = [](char c) -> int {
+            return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+          };
+          if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hexval(t[3]) >= 0 && hexval(t[4]) >= 0) {
+            bytes.push_back(static_cast<char>(hexval(t[3]) * 16 + hexval(t[4])));
+            continue;
+          }
+          if (!bytes.empty()) out.push_back(std::exchange(bytes, {}));
+          out.push_back(std::move(t));
+        }
+        if (!bytes.empty()) out.push_back(std::move(bytes));
+        toks = std::move(out);
+        return;
+      }
+      case decode_step::fuse: {
+        std::string all;
+        for (const std::string& t : toks) all += t;
+        toks.assign(1, std::move(all));
+        return;
+      }
+      case decode_step::strip:
+        for (std::string& t : toks) {
+          std::size_t b = 0, e = t.size();
+          for (std::size_t k = 0; k < d.start && e - b >= d.a.size() && t.compare(b, d.a.size(), d.a) == 0; ++k) b += d.a.size();
+          for (std::size_t k = 0; k < d.stop && e - b >= d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0; ++k)
+            e -= d.a.size();
+          t = t.substr(b, e - b);
+        }
+        return;
+      case decode_step::bpe_suffix:
+        for (std::size_t i = 0; i < toks.size(); ++i)
+          toks[i] = replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
+        return;
+    }
+  }
+
+  // Transparent hashing so lookups take string_view pieces without a copy.
+  struct text_hash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+  };
+  using text_map = std::unordered_map<std::string, std::int32_t, text_hash, std::equal_to<>>;
+
+  std::vector<std::string> tokens_;  // id -> text as in tokenizer.json
+  std::vector<bool> has_token_, special_;
+  std::vector<std::string> token_bytes_;  // id -> bytes, for a ByteLevel decoder
+  text_map vocab_;                        // model vocabulary, text -> id
+  text_map vocab_bytes_;                  // byte-level: bytes -> id (for ignore_merges)
+  std::array<std::int32_t, 256> byte_ids_{};
+  bpe_merges merges_;
+  std::string unk_token_, prefix_, suffix_;
+  std::int32_t unk_id_ = -1;
+  bool byte_mode_ = false, byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, bytes_decoder_ = false;
+  std::vector<normalize_step> normalizers_;
+  std::vector<pre_step> pre_;
+  std::vector<decode_step> decoders_;
+  std::vector<template_item> template_;
+  std::vector<added_token> added_;
+  added_matcher raw_added_, normalized_added_;
+  special_token_ids specials_;
+  std::uint64_t fingerprint_ = 1;
+  std::string normalizer_names_, pre_names_, decoder_names_;
+};
+
+}  // namespace slm

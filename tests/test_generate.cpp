@@ -1,0 +1,345 @@
+// Generation (slm/generate.hpp) over real sessions: the golden Llama and Nemotron-H
+// models (transformers' random tiny checkpoints) and the tiny NAM56R, with a byte-level
+// tokenizer built here over their 320-row heads (rows past it are padding and must never
+// be sampled). Checks: greedy = a hand-written argmax loop; same seed, same text; a
+// saved and reloaded generator continues exactly as one that never stopped; stop
+// tokens, stop strings, callbacks, cancellation from another thread, prompts past the
+// context and a full context; streamed text = decoded tokens.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "slm/generate.hpp"
+#include "slm/model.hpp"
+#include "slm/nam56r.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+// A byte-level tokenizer: ids 0..255 are the bytes, 256 = "<eos>" (special), 257..299 a
+// few merges; 300 tokens for a 320-row head.
+slm::tokenizer make_tokenizer() {
+  std::string vocab, merges;
+  char32_t next = 256;
+  std::vector<std::string> byte_text(256);
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    std::string s;
+    slm::unicode::append_utf8(s, printable ? static_cast<char32_t>(b) : next++);
+    byte_text[b] = s;
+    std::string esc;
+    for (char c : s) {
+      if (c == '"' || c == '\\') esc.push_back('\\');
+      esc.push_back(c);
+    }
+    vocab += slm::cat(b ? "," : "", "\"", esc, "\":", b);
+  }
+  // Merges of common pairs: "e ", "t ", "in", "th", ...
+  const char* pairs[][2] = {{"i", "n"}, {"t", "h"}, {"e", "r"}, {"o", "n"}, {"a", "n"}, {"r", "e"}, {"s", "t"}, {"e", "n"}};
+  std::int32_t id = 257;
+  for (const auto& p : pairs) {
+    vocab += slm::cat(",\"", p[0], p[1], "\":", id++);
+    merges += slm::cat(merges.empty() ? "" : ",", "\"", p[0], " ", p[1], "\"");
+  }
+  const std::string json = slm::cat(R"({"model": {"type": "BPE", "vocab": {)", vocab, "}, \"merges\": [", merges,
+                                    R"(]}, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "decoder": {"type": "ByteLevel"},
+      "added_tokens": [{"id": 256, "content": "<eos>", "special": true}]})");
+  auto t = slm::tokenizer::parse(json);
+  EXPECT_TRUE(t.ok()) << t.error().to_string();
+  return std::move(*t);
+}
+
+struct fixture {
+  slm::model model;
+  slm::tokenizer tok = make_tokenizer();
+  slm::thread_pool pool = std::move(*slm::thread_pool::create(2));
+  explicit fixture(const char* name) : model(std::move(*slm::model::load(slm_test::test_data(name)))) {}
+  slm::compute_context cx() {
+    slm::compute_context c{pool};
+    c.quantized_activations = slm::activation_precision::f32;
+    return c;
+  }
+  slm::generator<slm::model::session> gen(slm::sampler_config sc, std::size_t ctx = 0) {
+    slm::session_options o;
+    if (ctx) o.max_tokens = ctx;
+    slm::generator<slm::model::session> g(model.new_session(o), &tok, model.vocab(), sc);
+    EXPECT_TRUE(g.validate().ok());
+    return g;
+  }
+};
+
+const std::vector<std::int32_t> prompt = {116, 104, 105, 115, 32, 105, 115};  // "this is"
+
+slm::sampler_config sampled(std::uint64_t seed) {
+  slm::sampler_config c;
+  c.temperature = 1.3f;  // flat enough that the draws vary on random weights
+  c.top_k = 50;
+  c.seed = seed;
+  return c;
+}
+
+TEST(Generate, GreedyEqualsAnArgmaxLoop) {
+  fixture f("golden/hf/llama");
+  auto cx = f.cx();
+  auto g = f.gen({.temperature = 0.0f});
+  ASSERT_TRUE(g.prefill(prompt, cx).ok());
+  slm::generation_options o;
+  o.max_new_tokens = 12;
+  auto r = g.generate(o, cx);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->reason, slm::stop_reason::max_tokens);
+  // By hand: argmax over the tokenizer's rows [0, 300) only.
+  auto s = f.model.new_session();
+  std::vector<float> logits(f.model.vocab());
+  ASSERT_TRUE(s.forward(prompt, 1, logits.data(), cx).ok());
+  std::vector<std::int32_t> ref;
+  for (int i = 0; i < 12; ++i) {
+    const auto next = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.begin() + 300) - logits.begin());
+    ref.push_back(next);
+    ASSERT_TRUE(s.forward(std::span(&next, 1), 1, logits.data(), cx).ok());
+  }
+  EXPECT_EQ(r->tokens, ref);
+  EXPECT_EQ(r->text, *f.tok.decode(ref));
+  EXPECT_EQ(g.history().size(), prompt.size() + 12);
+  EXPECT_EQ(g.session().position(), prompt.size() + 12);
+}
+
+TEST(Generate, SeededSamplingRepeatsAndNeverPicksPaddingRows) {
+  fixture f("golden/hf/llama");
+  auto cx = f.cx();
+  std::vector<std::vector<std::int32_t>> runs;
+  for (std::uint64_t seed : {7u, 7u, 8u}) {
+    auto g = f.gen(sampled(seed));
+    ASSERT_TRUE(g.prefill(prompt, cx).ok());
+    slm::generation_options o;
+    o.max_new_tokens = 40;
+    auto r = g.generate(o, cx);
+    ASSERT_TRUE(r.ok());
+    for (std::int32_t id : r->tokens) EXPECT_LT(id, 300) << "a padding row was sampled";
+    runs.push_back(r->tokens);
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_NE(runs[0], runs[2]);
+}
+
+// Save after 10 tokens, load into a fresh generator (another session object), continue:
+// the same tokens as one uninterrupted run of 25, for a KV model and a hybrid one.
+TEST(Generate, SavedStateContinuesExactly) {
+  for (const char* name : {"golden/hf/llama", "golden/hf/nemotron_h"}) {
+    fixture f(name);
+    auto cx = f.cx();
+    slm::generation_options o;
+    o.max_new_tokens = 25;
+    auto straight = f.gen(sampled(11));
+    ASSERT_TRUE(straight.prefill(prompt, cx).ok());
+    auto all = straight.generate(o, cx);
+    ASSERT_TRUE(all.ok());
+
+    slm_test::temp_dir dir("generate");
+    const auto file = dir.path() / "state.safetensors";
+    o.max_new_tokens = 10;
+    {
+      auto first = f.gen(sampled(11));
+      ASSERT_TRUE(first.prefill(prompt, cx).ok());
+      auto a = first.generate(o, cx);
+      ASSERT_TRUE(a.ok());
+      ASSERT_TRUE(first.save(file).ok());
+    }
+    auto resumed = f.gen(sampled(999));  // the seed is overwritten by the saved stream
+    ASSERT_TRUE(resumed.load(file).ok());
+    EXPECT_EQ(resumed.history().size(), prompt.size() + 10);
+    o.max_new_tokens = 15;
+    auto b = resumed.generate(o, cx);
+    ASSERT_TRUE(b.ok());
+    std::vector<std::int32_t> joined(resumed.history().begin() + static_cast<std::ptrdiff_t>(prompt.size()),
+                                     resumed.history().end());
+    EXPECT_EQ(joined, all->tokens) << name;
+  }
+}
+
+TEST(Generate, BadStateFilesLeaveTheGeneratorUnchanged) {
+  fixture f("golden/hf/llama");
+  fixture other("golden/hf/qwen3");
+  auto cx = f.cx();
+  slm_test::temp_dir dir("generate");
+  auto g = f.gen(sampled(3));
+  ASSERT_TRUE(g.prefill(prompt, cx).ok());
+  ASSERT_TRUE(g.save(dir.path() / "llama.safetensors").ok());
+  auto o = other.gen(sampled(3));
+  ASSERT_TRUE(o.prefill(std::vector<std::int32_t>{1, 2, 3}, cx).ok());
+  ASSERT_TRUE(o.save(dir.path() / "qwen.safetensors").ok());
+  auto target = f.gen(sampled(3));
+  ASSERT_TRUE(target.prefill(std::vector<std::int32_t>{5, 6}, cx).ok());
+  auto st = target.load(dir.path() / "qwen.safetensors");  // another model's session
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(target.history().size(), 2u);
+  EXPECT_EQ(target.session().position(), 2u);
+  // A truncated file.
+  auto bytes = slm::read_text_file(dir.path() / "llama.safetensors");
+  ASSERT_TRUE(bytes.ok());
+  for (std::size_t cut : {std::size_t{7}, bytes->size() / 2, bytes->size() - 1}) {
+    const auto p = dir.path() / "cut.safetensors";
+    std::FILE* fp = std::fopen(p.c_str(), "wb");
+    std::fwrite(bytes->data(), 1, cut, fp);
+    std::fclose(fp);
+    EXPECT_FALSE(target.load(p).ok()) << cut;
+    EXPECT_EQ(target.history().size(), 2u);
+  }
+  EXPECT_FALSE(target.load(dir.path() / "missing.safetensors").ok());
+  EXPECT_TRUE(target.load(dir.path() / "llama.safetensors").ok());
+  EXPECT_EQ(target.history().size(), prompt.size());
+}
+
+TEST(Generate, StopTokensStopStringsAndCallbacks) {
+  fixture f("golden/hf/llama");
+  auto cx = f.cx();
+  slm::generation_options o;
+  o.max_new_tokens = 30;
+  auto ref_gen = f.gen(sampled(5));
+  ASSERT_TRUE(ref_gen.prefill(prompt, cx).ok());
+  auto ref = ref_gen.generate(o, cx);
+  ASSERT_TRUE(ref.ok());
+  ASSERT_EQ(ref->tokens.size(), 30u);
+
+  {  // the 6th token as a stop token: five tokens, the stop token neither fed nor printed
+    auto g = f.gen(sampled(5));
+    ASSERT_TRUE(g.prefill(prompt, cx).ok());
+    const std::int32_t stop = ref->tokens[5];
+    const auto first = std::find(ref->tokens.begin(), ref->tokens.end(), stop) - ref->tokens.begin();
+    o.stop_tokens = {stop};
+    auto r = g.generate(o, cx);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->reason, slm::stop_reason::stop_token);
+    EXPECT_EQ(r->stop_token, stop);
+    EXPECT_EQ(r->tokens.size(), static_cast<std::size_t>(first));
+    EXPECT_EQ(g.session().position(), prompt.size() + static_cast<std::size_t>(first));
+    o.stop_tokens.clear();
+  }
+  {  // a stop string from the middle of the reference text
+    const std::string text = ref->text;
+    ASSERT_GE(text.size(), 12u);
+    const std::string stop = text.substr(8, 3);
+    auto g = f.gen(sampled(5));
+    ASSERT_TRUE(g.prefill(prompt, cx).ok());
+    o.stop_strings = {stop};
+    std::string streamed;
+    auto r = g.generate(o, cx, [&](std::string_view piece) {
+      streamed += piece;
+      return true;
+    });
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->reason, slm::stop_reason::stop_string);
+    EXPECT_EQ(r->text, text.substr(0, text.find(stop)));
+    EXPECT_EQ(streamed, r->text);
+    o.stop_strings.clear();
+  }
+  {  // the callback stops after the third piece
+    auto g = f.gen(sampled(5));
+    ASSERT_TRUE(g.prefill(prompt, cx).ok());
+    int pieces = 0;
+    std::string streamed;
+    auto r = g.generate(o, cx, [&](std::string_view piece) {
+      streamed += piece;
+      return ++pieces < 3;
+    });
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->reason, slm::stop_reason::callback);
+    EXPECT_EQ(streamed, r->text);
+    EXPECT_EQ(r->text, ref->text.substr(0, r->text.size()));
+    EXPECT_LT(r->tokens.size(), 30u);
+  }
+}
+
+TEST(Generate, CancelledFromAnotherThread) {
+  fixture f("golden/hf/llama");
+  slm::cancellation cancel;
+  auto cx = f.cx();
+  cx.cancel = &cancel;
+  auto g = f.gen(sampled(9), 1 << 20);
+  ASSERT_TRUE(g.prefill(prompt, cx).ok());
+  slm::generation_options o;
+  o.max_new_tokens = 1000000;  // would run for minutes
+  std::atomic<int> pieces{0};
+  std::thread canceller([&] {
+    while (pieces.load() < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    cancel.cancel();
+  });
+  auto r = g.generate(o, cx, [&](std::string_view) {
+    pieces.fetch_add(1);
+    return true;
+  });
+  canceller.join();
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->reason, slm::stop_reason::cancelled);
+  EXPECT_LT(r->tokens.size(), 100000u);
+  // Consistent: every generated token was fed, nothing half-done.
+  EXPECT_EQ(g.session().position(), prompt.size() + r->tokens.size());
+  EXPECT_EQ(g.history().size(), g.session().position());
+}
+
+TEST(Generate, PromptPastTheContextIsRefusedAndAFullContextStops) {
+  fixture f("golden/hf/llama");
+  auto cx = f.cx();
+  auto g = f.gen(sampled(1), 10);
+  std::vector<std::int32_t> longp(11, 65);
+  auto st = g.prefill(longp, cx);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), slm::errc::out_of_range);
+  EXPECT_NE(st.message().find("exceeds the context of 10 tokens"), std::string::npos) << st.message();
+  EXPECT_FALSE(g.ready());
+  EXPECT_EQ(g.session().position(), 0u);
+  EXPECT_FALSE(g.prefill(std::vector<std::int32_t>{1, 400}, cx).ok());  // an id past the head's rows
+  ASSERT_TRUE(g.prefill(prompt, cx).ok());     // 7 tokens
+  slm::generation_options o;
+  o.max_new_tokens = 100;
+  auto r = g.generate(o, cx);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->reason, slm::stop_reason::context_full);
+  EXPECT_EQ(g.session().position(), 10u);
+  EXPECT_EQ(r->tokens.size(), 3u);
+}
+
+TEST(Generate, Nam56rSessionsGenerateAndResume) {
+  auto m = slm::nam56r_model::load(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto tok = make_tokenizer();
+  auto pool = slm::thread_pool::create(2);
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = slm::activation_precision::f32;
+  using session_t = decltype(m->new_session());
+  auto make = [&] {
+    slm::generator<session_t> g(m->new_session(), &tok, m->vocab(), sampled(21));
+    EXPECT_TRUE(g.validate().ok());
+    return g;
+  };
+  const std::vector<std::int32_t> p = {10, 20, 30, 40};
+  slm::generation_options o;
+  o.max_new_tokens = 16;
+  auto straight = make();
+  ASSERT_TRUE(straight.prefill(p, cx).ok());
+  auto all = straight.generate(o, cx);
+  ASSERT_TRUE(all.ok());
+  for (std::int32_t id : all->tokens) EXPECT_LT(id, 100);  // vocab_size 100 of 128 padded rows
+  slm_test::temp_dir dir("generate");
+  o.max_new_tokens = 6;
+  {
+    auto first = make();
+    ASSERT_TRUE(first.prefill(p, cx).ok());
+    ASSERT_TRUE(first.generate(o, cx).ok());
+    ASSERT_TRUE(first.save(dir.path() / "nam56r.safetensors").ok());
+  }
+  auto resumed = make();
+  ASSERT_TRUE(resumed.load(dir.path() / "nam56r.safetensors").ok());
+  o.max_new_tokens = 10;
+  ASSERT_TRUE(resumed.generate(o, cx).ok());
+  std::vector<std::int32_t> joined(resumed.history().begin() + 4, resumed.history().end());
+  EXPECT_EQ(joined, all->tokens);
+}
+
+}  // namespace

@@ -1,0 +1,345 @@
+// Tokenizers against HF `tokenizers` (the oracle): every id of every case of the golden
+// tokenizers (tests/data/tokenizers/golden: GPT-2 byte-level, Llama-3 split + ignore_merges,
+// C++ split + digits + NFC + added tokens) and of ours (tests/data/tokenizers: GPT-4o-style
+// byte-level with lstrip/rstrip/normalized added tokens, the NAM56R C++ tokenizer in its
+// round-trip form and in the spec's whitespace-discarding form), made by
+// tools/tokenizer/train_tokenizers.py. Exact equality: tokenization is discrete.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "slm/detokenizer.hpp"
+#include "slm/generate.hpp"
+#include "slm/json.hpp"
+#include "slm/mapped_file.hpp"
+#include "slm/tokenizer.hpp"
+#include "test_helpers.hpp"
+
+namespace {
+
+const std::filesystem::path data_dir = std::filesystem::path(SLM_TEST_DATA_DIR) / "tokenizers";
+
+std::string b64decode(std::string_view in) {
+  auto val = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  unsigned buf = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = val(c);
+    if (v < 0) continue;
+    buf = (buf << 6) | static_cast<unsigned>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<char>((buf >> bits) & 0xFF));
+    }
+  }
+  return out;
+}
+
+struct tcase {
+  std::string name, text, decoded;
+  std::vector<std::int32_t> ids;
+  bool invalid_utf8 = false;
+};
+
+struct suite {
+  slm::tokenizer tok;
+  std::vector<tcase> cases;
+  std::string kind;
+};
+
+suite load_suite(const std::filesystem::path& dir) {
+  suite s;
+  auto tok = slm::tokenizer::load(dir / "tokenizer.json");
+  EXPECT_TRUE(tok.ok()) << tok.error().to_string();
+  if (tok.ok()) s.tok = std::move(*tok);
+  auto text = slm::read_text_file(dir / "cases.json");
+  EXPECT_TRUE(text.ok());
+  auto doc = slm::json::parse(*text);
+  EXPECT_TRUE(doc.ok());
+  s.kind = std::string((*doc).get_string("kind"));
+  for (const auto& c : (*doc)["cases"].items()) {
+    tcase t;
+    t.name = std::string(c.get_string("name"));
+    t.text = b64decode(c.get_string("text_b64"));
+    t.decoded = b64decode(c.get_string("decoded_b64"));
+    t.invalid_utf8 = c.get_bool("invalid_utf8", false);
+    for (const auto& id : c["ids"].items()) t.ids.push_back(static_cast<std::int32_t>(*id.as_int64()));
+    s.cases.push_back(std::move(t));
+  }
+  return s;
+}
+
+std::vector<std::filesystem::path> suite_dirs() {
+  std::vector<std::filesystem::path> dirs;
+  for (const char* d : {"golden/gpt2_bytelevel", "golden/llama3_split", "golden/cpp_split_digits", "cpp_bytelevel",
+                        "nam56r_cpp", "nam56r_ws"})
+    dirs.push_back(data_dir / d);
+  return dirs;
+}
+
+// Rust's String::from_utf8_lossy: each maximal invalid subpart becomes U+FFFD.
+std::string lossy_utf8(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    std::size_t need = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    std::size_t ok = 0;  // bytes of a valid prefix of the sequence
+    if (need) {
+      ok = 1;
+      for (std::size_t k = 1; k < need && i + k < s.size(); ++k) {
+        const auto c = static_cast<unsigned char>(s[i + k]);
+        unsigned lo = 0x80, hi = 0xBF;
+        if (k == 1) {
+          if (b == 0xE0) lo = 0xA0;
+          if (b == 0xED) hi = 0x9F;
+          if (b == 0xF0) lo = 0x90;
+          if (b == 0xF4) hi = 0x8F;
+        }
+        if (c < lo || c > hi) break;
+        ++ok;
+      }
+    }
+    if (need && ok == need) {
+      out.append(s.substr(i, need));
+      i += need;
+    } else {
+      out += "\xEF\xBF\xBD";
+      i += std::max<std::size_t>(ok, 1);
+    }
+  }
+  return out;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s.substr(0, 120)) {
+    if (c >= 32 && c < 127) out.push_back(static_cast<char>(c));
+    else out += slm::cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+  }
+  return out;
+}
+
+class TokenizerGolden : public ::testing::TestWithParam<std::filesystem::path> {};
+
+TEST_P(TokenizerGolden, EncodeMatchesEveryIdAndDecodeMatches) {
+  const suite s = load_suite(GetParam());
+  ASSERT_FALSE(s.cases.empty());
+  const slm::encode_options raw{false, true};  // add_special_tokens=False, as the oracle ran
+  std::size_t matched = 0;
+  for (const tcase& c : s.cases) {
+    auto ids = s.tok.encode(c.text, raw);
+    ASSERT_TRUE(ids.ok()) << ids.error().to_string();
+    EXPECT_EQ(*ids, c.ids) << GetParam().filename() << " case '" << c.name << "': " << printable(c.text);
+    matched += *ids == c.ids;
+    auto dec = s.tok.decode(c.ids);
+    ASSERT_TRUE(dec.ok()) << dec.error().to_string();
+    // HF prints U+FFFD where the bytes are not UTF-8 (its decode returns a String); slm
+    // returns the bytes, which convert to HF's text exactly as Rust's from_utf8_lossy does.
+    // Invalid-UTF-8 inputs have no oracle decode (their decoded_b64 is the input itself).
+    if (!c.invalid_utf8) EXPECT_EQ(lossy_utf8(*dec), c.decoded) << "decode, case '" << c.name << "'";
+    else if (s.tok.lossless()) EXPECT_EQ(*dec, c.text) << "decode, case '" << c.name << "'";
+  }
+  EXPECT_EQ(matched, s.cases.size());
+}
+
+TEST_P(TokenizerGolden, ByteLevelRoundTripsAnyBytes) {
+  const suite s = load_suite(GetParam());
+  if (!s.tok.lossless()) GTEST_SKIP() << "not lossless (a normalizer, whitespace-stripping added tokens, or not byte-level)";
+  for (const tcase& c : s.cases) {
+    auto ids = s.tok.encode(c.text, {false, true});
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*s.tok.decode(*ids), c.text) << c.name;
+  }
+  // Every byte value, runs of invalid bytes, truncated sequences.
+  std::string all;
+  for (int b = 0; b < 256; ++b) all.push_back(static_cast<char>(b));
+  for (const std::string& x : {all, std::string("\xF0\x9F\x98"), std::string("a\xC0\xAF b\xED\xA0\x80 c\xFF\xFE"),
+                               std::string(5000, ' ') + "x", std::string(20000, 'a')}) {
+    auto ids = s.tok.encode(x, {false, false});
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*s.tok.decode(*ids), x) << printable(x);
+  }
+}
+
+TEST_P(TokenizerGolden, StreamingDetokenizerNeverSplitsACharacter) {
+  const suite s = load_suite(GetParam());
+  for (const tcase& c : s.cases) {
+    slm::detokenizer d(s.tok);
+    std::string streamed;
+    for (std::int32_t id : c.ids) {
+      auto piece = d.push(id);
+      ASSERT_TRUE(piece.ok());
+      // Each piece is whole characters when the full text is valid UTF-8.
+      if (!c.invalid_utf8) EXPECT_EQ(slm::detokenizer::incomplete_tail(*piece), 0u) << c.name;
+      streamed += *piece;
+    }
+    streamed += d.flush();
+    EXPECT_EQ(streamed, *s.tok.decode(c.ids)) << c.name;
+  }
+}
+
+TEST_P(TokenizerGolden, ConcurrentEncodesAgree) {  // a loaded tokenizer is shared by threads
+  const suite s = load_suite(GetParam());
+  std::vector<std::vector<std::int32_t>> a(s.cases.size()), b(s.cases.size());
+  std::thread t1([&] {
+    for (std::size_t i = 0; i < s.cases.size(); ++i) a[i] = *s.tok.encode(s.cases[i].text, {false, true});
+  });
+  std::thread t2([&] {
+    for (std::size_t i = s.cases.size(); i-- > 0;) b[i] = *s.tok.encode(s.cases[i].text, {false, true});
+  });
+  t1.join();
+  t2.join();
+  EXPECT_EQ(a, b);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, TokenizerGolden, ::testing::ValuesIn(suite_dirs()),
+                         [](const auto& info) {
+                           std::string n = info.param.filename().string();
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+TEST(Tokenizer, SpecialTokensAsPlainTextWhenNotParsed) {
+  auto tok = slm::tokenizer::load(data_dir / "golden/gpt2_bytelevel/tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  const std::int32_t bos = tok->specials().bos;
+  ASSERT_GE(bos, 0);
+  auto parsed = tok->encode("<|bos|>int x;", {false, true});
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->front(), bos);
+  auto plain = tok->encode("<|bos|>int x;", {false, false});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(std::count(plain->begin(), plain->end(), bos), 0);
+  EXPECT_EQ(*tok->decode(*plain), "<|bos|>int x;");
+  EXPECT_EQ(*tok->decode(*parsed, {true}), "int x;");  // skip_special_tokens
+}
+
+TEST(Tokenizer, FindsSpecialAndFimTokens) {
+  auto tok = slm::tokenizer::load(data_dir / "nam56r_cpp/tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  const auto& sp = tok->specials();  // the NAM56R contract's fixed ids (spec section 3)
+  EXPECT_EQ(sp.pad, 0);
+  EXPECT_EQ(sp.unk, 1);
+  EXPECT_EQ(sp.bos, 2);
+  EXPECT_EQ(sp.eos, 3);
+  EXPECT_EQ(sp.fim_prefix, 4);
+  EXPECT_EQ(sp.fim_middle, 5);
+  EXPECT_EQ(sp.fim_suffix, 6);
+  auto psm = slm::fim_prompt(*tok, "int f() {", "}\n");
+  ASSERT_TRUE(psm.ok());
+  EXPECT_EQ(psm->front(), 4);
+  EXPECT_EQ(psm->back(), 5);
+  EXPECT_NE(std::find(psm->begin(), psm->end(), 6), psm->end());
+  auto spm = slm::fim_prompt(*tok, "int f() {", "}\n", slm::fim_order::spm);
+  ASSERT_TRUE(spm.ok());
+  EXPECT_EQ((*spm)[0], 4);
+  EXPECT_EQ((*spm)[1], 6);
+  // The user's text never becomes a FIM token.
+  auto tricky = slm::fim_prompt(*tok, "<FIM_MIDDLE>", "");
+  ASSERT_TRUE(tricky.ok());
+  EXPECT_EQ(std::count(tricky->begin(), tricky->end(), 5), 1);
+}
+
+TEST(Tokenizer, PostProcessorAddsBosOnRequest) {
+  const std::string json = R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "a": 1, "b": 2, "ab": 3}, "merges": ["a b"]},
+    "added_tokens": [{"id": 0, "content": "<s>", "special": true}],
+    "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+       {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}}})";
+  auto tok = slm::tokenizer::parse(json);
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  EXPECT_EQ(*tok->encode("abab", {true, true}), (std::vector<std::int32_t>{0, 3, 3}));
+  EXPECT_EQ(*tok->encode("abab", {false, true}), (std::vector<std::int32_t>{3, 3}));
+  EXPECT_EQ(*tok->decode(std::vector<std::int32_t>{0, 3, 1}), "<s> ab a");  // no decoder: HF joins with spaces
+}
+
+TEST(Tokenizer, SentencePieceStyleMetaspaceAndByteFallback) {
+  // Llama-2 / Mistral style: Metaspace pre-tokenizer, byte fallback, decoder chain.
+  const std::string json = R"({"model": {"type": "BPE", "byte_fallback": true, "unk_token": "<unk>",
+      "vocab": {"<unk>": 0, "<0xC3>": 1, "<0xA9>": 2, "\u2581": 3, "h": 4, "i": 5, "\u2581h": 6, "\u2581hi": 7},
+      "merges": ["\u2581 h", "\u2581h i"]},
+    "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": false},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+       {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}})";
+  auto tok = slm::tokenizer::parse(json);
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  auto ids = tok->encode("hi \xC3\xA9", {false, true});
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<std::int32_t>{7, 3, 1, 2}));
+  EXPECT_EQ(*tok->decode(*ids), "hi \xC3\xA9");
+  slm::detokenizer d(*tok);  // a re-decoding chain streams the same bytes
+  std::string streamed;
+  for (std::int32_t id : *ids) streamed += *d.push(id);
+  streamed += d.flush();
+  EXPECT_EQ(streamed, "hi \xC3\xA9");
+}
+
+TEST(Tokenizer, BadFilesAreClearErrors) {
+  struct bad {
+    const char* json;
+    slm::errc code;
+    const char* message;
+  };
+  const bad cases[] = {
+      {"[1, 2]", slm::errc::parse_error, "top level is not an object"},
+      {R"({"model": {"type": "Unigram", "vocab": []}})", slm::errc::unsupported, "model type \"Unigram\""},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a b"]}})", slm::errc::parse_error, "not in the vocabulary"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": ["a b"]}})", slm::errc::parse_error,
+       "merged token \"ab\""},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}})", slm::errc::parse_error, "two tokens"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": -1}}})", slm::errc::out_of_range, "token id -1"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 99999999999}}})", slm::errc::out_of_range, "outside"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": "x"}}})", slm::errc::parse_error, "not an integer id"},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0}, "unk_token": "<unk>"}})", slm::errc::parse_error, "unk_token"},
+      {R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(a"}}})",
+       slm::errc::parse_error, "pre_tokenizer"},
+      {R"({"model": {"type": "BPE", "vocab": {}}, "pre_tokenizer": {"type": "BertPreTokenizer"}})", slm::errc::unsupported,
+       "BertPreTokenizer"},
+      {R"({"model": {"type": "BPE", "vocab": {}}, "added_tokens": [{"id": 3, "content": ""}]})", slm::errc::parse_error,
+       "empty content"},
+  };
+  for (const bad& b : cases) {
+    auto t = slm::tokenizer::parse(b.json);
+    ASSERT_FALSE(t.ok()) << b.json;
+    EXPECT_EQ(t.error().code(), b.code) << b.json << " -> " << t.error().to_string();
+    EXPECT_NE(t.error().to_string().find(b.message), std::string::npos) << t.error().to_string();
+  }
+  auto missing = slm::tokenizer::load(data_dir / "no-such" / "tokenizer.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), slm::errc::not_found);
+  // Ids outside the vocabulary are decode errors; gaps decode to nothing.
+  auto tok = slm::tokenizer::load(data_dir / "golden/gpt2_bytelevel/tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  auto out = tok->decode(std::vector<std::int32_t>{static_cast<std::int32_t>(tok->vocab_size())});
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.error().code(), slm::errc::out_of_range);
+  slm::detokenizer d(*tok);
+  EXPECT_FALSE(d.push(-1).ok());
+}
+
+TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {
+  using slm::detokenizer;
+  EXPECT_EQ(detokenizer::incomplete_tail("abc"), 0u);
+  EXPECT_EQ(detokenizer::incomplete_tail("a\xE2"), 1u);
+  EXPECT_EQ(detokenizer::incomplete_tail("a\xE2\x82"), 2u);
+  EXPECT_EQ(detokenizer::incomplete_tail("a\xE2\x82\xAC"), 0u);
+  EXPECT_EQ(detokenizer::incomplete_tail("\xF0\x9F\x98"), 3u);
+  EXPECT_EQ(detokenizer::incomplete_tail("\xED\xA0"), 0u);  // a surrogate can never complete
+  EXPECT_EQ(detokenizer::incomplete_tail("\xE0\x80"), 0u);  // overlong
+  EXPECT_EQ(detokenizer::incomplete_tail("\xFF"), 0u);
+  EXPECT_EQ(detokenizer::incomplete_tail("\x80\x80"), 0u);
+}
+
+}  // namespace
