@@ -298,10 +298,139 @@ INSTANTIATE_TEST_SUITE_P(
         usage_case{"bad_act", "logits --model MODEL --ids 5 --out OUT --act f16", 2, "--act must be f32, bf16 or int8"},
         usage_case{"option_without_value", "logits --model MODEL --ids", 2, "option --ids needs a value"},
         usage_case{"missing_model", "logits --model /no/such/model --ids 5 --out OUT", 1, "/no/such/model"},
-        usage_case{"run_missing_prompt", "run --model MODEL -n 3", 2, "run needs --model DIR and --prompt-ids"},
+        usage_case{"run_missing_prompt", "run --model MODEL -n 3", 2, "run needs --model DIR and one of --prompt TEXT"},
+        usage_case{"run_prompt_without_tokenizer", "run --model MODEL --prompt hello", 1, "no tokenizer.json"},
+        usage_case{"run_bad_temp", "run --model MODEL --prompt-ids 1 --temp hot", 2, "--temp needs a number"},
+        usage_case{"run_bad_top_p", "run --model MODEL --prompt-ids 1 --top-p 1.5", 2, "top_p 1.5 must be in (0, 1]"},
+        usage_case{"run_bad_logit_bias", "run --model MODEL --prompt-ids 1 --logit-bias 5", 2, "--logit-bias needs ID=BIAS"},
+        usage_case{"run_fim_without_tokens", "run --model MODEL --fim-prefix a --fim-suffix b", 1, "no tokenizer.json"},
+        usage_case{"tokenize_missing_text", "tokenize --model MODEL", 2, "tokenize needs --model DIR and one of --text"},
+        usage_case{"tokenize_no_tokenizer", "tokenize --model MODEL --text hi", 1, "tokenizer.json"},
+        usage_case{"detokenize_bad_ids", "detokenize --model MODEL --ids 1,x", 2, "'x' (item 1) is not a token id"},
         usage_case{"run_bad_count", "run --model MODEL --prompt-ids 1,2 -n 0", 2, "--tokens needs a positive integer"},
         usage_case{"run_id_outside_vocab", "run --model MODEL --prompt-ids 1,1000", 2,
                    "token id 1000 (item 1) is outside"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// ---- Text: tokenize / detokenize against HF tokenizers' ids, run on text ----
+
+std::vector<std::pair<std::string, std::string>> oracle_cases(const std::filesystem::path& dir, std::size_t n) {
+  // (text, ids space-separated) of the first n cases whose decode is the text itself.
+  auto text = slm::read_text_file(dir / "cases.json");
+  EXPECT_TRUE(text.ok());
+  auto doc = slm::json::parse(*text);
+  EXPECT_TRUE(doc.ok());
+  auto b64 = [](std::string_view in) {
+    std::string out;
+    unsigned buf = 0;
+    int bits = 0;
+    for (char c : in) {
+      const int v = c >= 'A' && c <= 'Z' ? c - 'A' : c >= 'a' && c <= 'z' ? c - 'a' + 26 : c >= '0' && c <= '9' ? c - '0' + 52
+                  : c == '+' ? 62 : c == '/' ? 63 : -1;
+      if (v < 0) continue;
+      buf = (buf << 6) | static_cast<unsigned>(v), bits += 6;
+      if (bits >= 8) bits -= 8, out.push_back(static_cast<char>((buf >> bits) & 0xFF));
+    }
+    return out;
+  };
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& c : (*doc)["cases"].items()) {
+    if (out.size() == n) break;
+    const std::string t = b64(c.get_string("text_b64"));
+    if (t.empty() || t != b64(c.get_string("decoded_b64"))) continue;
+    std::string ids;
+    for (const auto& id : c["ids"].items()) ids += slm::cat(ids.empty() ? "" : " ", *id.as_int64());
+    out.emplace_back(t, ids);
+  }
+  return out;
+}
+
+TEST(CliText, TokenizeAndDetokenizeMatchHfTokenizers) {
+  slm_test::temp_dir tmp("tok");
+  for (const char* name : {"golden/gpt2_bytelevel", "golden/llama3_split", "nam56r_cpp"}) {
+    const auto dir = slm_test::test_data("tokenizers") / name;
+    for (const auto& [text, ids] : oracle_cases(dir, 12)) {
+      ASSERT_TRUE(slm_test::write_file(tmp / "in.txt", text));
+      const auto r = run_cli(tmp.path(), "tokenize --model '" + dir.string() + "' --file '" + (tmp / "in.txt").string() + "'");
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(r.out, ids + "\n") << name;
+      const auto d = run_cli(tmp.path(), "detokenize --model '" + dir.string() + "' --ids '" + ids + "'");
+      ASSERT_EQ(d.exit_code, 0) << d.err;
+      EXPECT_EQ(d.out, text) << name;  // the exact bytes, no newline added
+    }
+  }
+  const auto info = run_cli(tmp.path(), "inspect --model '" + (slm_test::test_data("tokenizers") / "nam56r_cpp").string() + "'");
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("BPE, 4300 tokens"), std::string::npos) << info.out;
+}
+
+// A model directory: the golden Llama checkpoint plus the byte-level test tokenizer.
+std::filesystem::path text_model(const slm_test::temp_dir& tmp) {
+  const auto dir = tmp / "model";
+  std::filesystem::create_directories(dir);
+  for (const char* f : {"config.json", "model.safetensors"})
+    std::filesystem::copy_file(slm_test::test_data("golden/hf/llama") / f, dir / f);
+  EXPECT_TRUE(slm_test::write_file(dir / "tokenizer.json", slm_test::byte_tokenizer_json()));
+  return dir;
+}
+
+std::string chomp(std::string s) {
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+TEST(CliText, RunOnTextStreamsSamplesAndResumes) {
+  slm_test::temp_dir tmp("run");
+  const std::string m = "run --model '" + text_model(tmp).string() + "' --threads 2 ";
+  const auto greedy = run_cli(tmp.path(), m + "--prompt 'int main' -n 12");
+  ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
+  EXPECT_NE(greedy.err.find("12 generated"), std::string::npos) << greedy.err;
+  const auto streamed = run_cli(tmp.path(), m + "--prompt 'int main' -n 12 --stream");
+  ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
+  EXPECT_EQ(streamed.out, greedy.out);
+  // Sampling: the same seed gives the same text, another seed another text.
+  const std::string s = m + "--prompt 'int main' --temp 1.3 --top-k 50 ";
+  const auto a = run_cli(tmp.path(), s + "--seed 4 -n 20");
+  const auto b = run_cli(tmp.path(), s + "--seed 4 -n 20");
+  const auto c = run_cli(tmp.path(), s + "--seed 5 -n 20");
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_NE(a.out, c.out);
+  // 8 tokens, save; load and 12 more = 20 in one go.
+  const std::string state = (tmp / "s.safetensors").string();
+  const auto first = run_cli(tmp.path(), s + "--seed 4 -n 8 --save-state '" + state + "'");
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const auto rest = run_cli(tmp.path(), m + "--temp 1.3 --top-k 50 -n 12 --load-state '" + state + "'");
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  // (text boundaries can fall inside a multi-byte character only if the tokens are
+  // bytes of one; the concatenation is compared as bytes either way)
+  EXPECT_EQ(chomp(first.out) + chomp(rest.out), chomp(a.out));
+  // Fill in the middle with the tokenizer's FIM tokens; stop strings.
+  const auto fim = run_cli(tmp.path(), m + "--fim-prefix 'int f(' --fim-suffix ') {}' -n 6");
+  EXPECT_EQ(fim.exit_code, 0) << fim.err;
+  const std::string text = chomp(a.out);
+  if (text.size() > 6) {
+    const std::string stop = text.substr(4, 2);
+    if (stop.find('\'') == std::string::npos) {
+      const auto st = run_cli(tmp.path(), s + "--seed 4 -n 20 --stop '" + stop + "'");
+      ASSERT_EQ(st.exit_code, 0) << st.err;
+      EXPECT_EQ(chomp(st.out), text.substr(0, text.find(stop)));
+      EXPECT_NE(st.err.find("stop string"), std::string::npos);
+    }
+  }
+  // A prompt past the context is one clear error.
+  const auto longp = run_cli(tmp.path(), m + "--prompt 'int main() { return 0; }' --ctx 4");
+  EXPECT_EQ(longp.exit_code, 1);
+  EXPECT_NE(longp.err.find("exceeds the context of 4 tokens"), std::string::npos) << longp.err;
+}
+
+TEST(CliText, BenchModelReportsSpeedAndTraffic) {
+  slm_test::temp_dir tmp("bench");
+  const auto r = run_cli(tmp.path(), "bench --model '" + slm_test::test_data("golden/hf/llama").string() +
+                                         "' --prompt-tokens 8 --gen-tokens 4 --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* k : {"prefill: 8 tokens", "decode: 4 tokens", "weights read per decode token", "of the read-bandwidth probe"})
+    EXPECT_NE(r.out.find(k), std::string::npos) << k << "\n" << r.out;
+}
 
 }  // namespace

@@ -21,36 +21,8 @@
 
 namespace {
 
-// A byte-level tokenizer: ids 0..255 are the bytes, 256 = "<eos>" (special), 257..299 a
-// few merges; 300 tokens for a 320-row head.
 slm::tokenizer make_tokenizer() {
-  std::string vocab, merges;
-  char32_t next = 256;
-  std::vector<std::string> byte_text(256);
-  for (unsigned b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    std::string s;
-    slm::unicode::append_utf8(s, printable ? static_cast<char32_t>(b) : next++);
-    byte_text[b] = s;
-    std::string esc;
-    for (char c : s) {
-      if (c == '"' || c == '\\') esc.push_back('\\');
-      esc.push_back(c);
-    }
-    vocab += slm::cat(b ? "," : "", "\"", esc, "\":", b);
-  }
-  // Merges of common pairs: "e ", "t ", "in", "th", ...
-  const char* pairs[][2] = {{"i", "n"}, {"t", "h"}, {"e", "r"}, {"o", "n"}, {"a", "n"}, {"r", "e"}, {"s", "t"}, {"e", "n"}};
-  std::int32_t id = 257;
-  for (const auto& p : pairs) {
-    vocab += slm::cat(",\"", p[0], p[1], "\":", id++);
-    merges += slm::cat(merges.empty() ? "" : ",", "\"", p[0], " ", p[1], "\"");
-  }
-  const std::string json = slm::cat(R"({"model": {"type": "BPE", "vocab": {)", vocab, "}, \"merges\": [", merges,
-                                    R"(]}, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
-      "decoder": {"type": "ByteLevel"},
-      "added_tokens": [{"id": 256, "content": "<eos>", "special": true}]})");
-  auto t = slm::tokenizer::parse(json);
+  auto t = slm::tokenizer::parse(slm_test::byte_tokenizer_json());
   EXPECT_TRUE(t.ok()) << t.error().to_string();
   return std::move(*t);
 }

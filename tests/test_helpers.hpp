@@ -121,4 +121,37 @@ inline pools& the_pools() {
 
 inline std::filesystem::path test_data(std::string_view rel) { return std::filesystem::path(SLM_TEST_DATA_DIR) / rel; }
 
+// A byte-level tokenizer.json for the 320-row heads of the golden models: ids 0..255 are
+// the bytes, 256 "<eos>" (special), 257..264 a few merges ("in", "th", ...), 297..299
+// the FIM tokens; ids 265..296 are gaps and 300..319 padding rows.
+inline std::string byte_tokenizer_json() {
+  std::string vocab, merges;
+  char32_t next = 256;
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    std::string s;
+    const char32_t c = printable ? static_cast<char32_t>(b) : next++;
+    if (c < 0x80) s.push_back(static_cast<char>(c));
+    else s += {static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
+    std::string esc;
+    for (char ch : s) {
+      if (ch == '"' || ch == '\\') esc.push_back('\\');
+      esc.push_back(ch);
+    }
+    vocab += slm::cat(b ? "," : "", "\"", esc, "\":", b);
+  }
+  const char* pairs[][2] = {{"i", "n"}, {"t", "h"}, {"e", "r"}, {"o", "n"}, {"a", "n"}, {"r", "e"}, {"s", "t"}, {"e", "n"}};
+  int id = 257;
+  for (const auto& p : pairs) {
+    vocab += slm::cat(",\"", p[0], p[1], "\":", id++);
+    merges += slm::cat(merges.empty() ? "" : ",", "\"", p[0], " ", p[1], "\"");
+  }
+  return slm::cat(R"({"model": {"type": "BPE", "vocab": {)", vocab, "}, \"merges\": [", merges,
+                  R"(]}, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
+      "decoder": {"type": "ByteLevel"},
+      "added_tokens": [{"id": 256, "content": "<eos>", "special": true},
+        {"id": 297, "content": "<|fim_prefix|>", "special": true}, {"id": 298, "content": "<|fim_middle|>", "special": true},
+        {"id": 299, "content": "<|fim_suffix|>", "special": true}]})");
+}
+
 }  // namespace slm_test
