@@ -343,3 +343,54 @@ TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {
 }
 
 }  // namespace
+
+// The NAM56R whitespace conventions (slm/nam56r_text.hpp; spec section 3). No oracle
+// output exists for either: the expectations are the spec's rules applied by hand.
+#include "slm/nam56r_text.hpp"
+
+namespace {
+
+slm::tokenizer word_tokenizer(std::string_view extra_added = "") {
+  // Whole C++ words and operators as tokens (a WhitespaceSplit BPE whose merges made
+  // every word of these tests a single token), <SPACE>=5 and <NL>=6 special.
+  const char* words[] = {"int", "main", "(", ")", "{", "return", "0", ";", "}", "std", "::", "vector", "<", ">", "v",
+                         "a", "=", "b", "+", "c", "x", "->", "y", "f", ",", "#", "include", "\n", "map", "string"};
+  std::string vocab = R"("<PAD>": 0, "<UNK>": 1, "<BOS>": 2, "<EOS>": 3, "<SPACE>": 5, "<NL>": 6)";
+  int id = 7;
+  for (const char* w : words) vocab += slm::cat(", \"", w[0] == '\n' ? std::string("\\n") : std::string(w), "\": ", id++);
+  return *slm::tokenizer::parse(slm::cat(R"({"model": {"type": "BPE", "unk_token": "<UNK>", "vocab": {)", vocab,
+                                         R"(}, "merges": []}, "added_tokens": [{"id": 5, "content": "<SPACE>", "special": true},
+      {"id": 6, "content": "<NL>", "special": true}, {"id": 2, "content": "<BOS>", "special": true})", extra_added, "]}"));
+}
+
+std::vector<std::int32_t> ids_of(const slm::tokenizer& t, std::initializer_list<const char*> toks) {
+  std::vector<std::int32_t> ids;
+  for (const char* s : toks) ids.push_back(*t.find(s));
+  return ids;
+}
+
+TEST(Nam56rText, SentinelConventionRoundTripsCollapsedWhitespace) {
+  EXPECT_EQ(slm::nam56r_text::to_sentinels("int  main()\r\n{\treturn 0;}\n\n"),
+            "int<SPACE>main()<NL>{<SPACE>return<SPACE>0;}<NL>");
+  auto tok = word_tokenizer();
+  const auto ids = ids_of(tok, {"<BOS>", "int", "<SPACE>", "main", "(", ")", "<NL>", "{", "<SPACE>", "return", "<SPACE>", "0",
+                                ";", "<NL>", "}"});
+  EXPECT_EQ(*slm::nam56r_text::decode_sentinels(tok, ids), "int main()\n{ return 0;\n}");
+  EXPECT_FALSE(slm::nam56r_text::decode_sentinels(tok, std::vector<std::int32_t>{999}).ok());
+}
+
+TEST(Nam56rText, CppHeuristicSpacing) {
+  auto tok = word_tokenizer();
+  using slm::nam56r_text::decode_cpp_heuristic;
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"int", "main", "(", ")", "{", "return", "0", ";", "}"})),
+            "int main() { return 0; }");
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"std", "::", "vector", "<", "int", ">", "v", ";"})), "std::vector<int> v;");
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"a", "=", "b", "+", "c", ";"})), "a = b + c;");
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"x", "->", "y", "(", "a", ",", "b", ")", ";"})), "x->y(a, b);");
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"#", "include", "<", "vector", ">", "\n", "int", "x", ";"})),
+            "#include <vector>\nint x;");
+  EXPECT_EQ(*decode_cpp_heuristic(tok, ids_of(tok, {"std", "::", "map", "<", "int", ",", "std", "::", "string", ">", "v"})),
+            "std::map<int, std::string> v");
+}
+
+}  // namespace

@@ -280,6 +280,7 @@ class tokenizer {
   special_token_ids& specials() noexcept { return specials_; }
   std::size_t merge_count() const noexcept { return merges_.size(); }
   bool byte_level() const noexcept { return byte_mode_; }
+  std::string_view continuing_subword_prefix() const noexcept { return prefix_; }
   // Whether decode(encode(x)) == x for every byte string x: byte-level, no normalizer, no
   // added token that swallows whitespace (lstrip / rstrip).
   bool lossless() const noexcept {
