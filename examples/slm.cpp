@@ -461,6 +461,46 @@ slm::result<std::optional<slm::tokenizer>> load_tokenizer(const std::filesystem:
   return std::optional<slm::tokenizer>(std::move(*t));
 }
 
+// Reads every page of the checkpoint's shards once, so the first forward does not wait
+// on the disk (the model's own mapping shares these pages), showing progress: a bar on a
+// terminal, a plain line per quarter otherwise. Quiet for models under 64 MiB unless
+// --progress is given, so small runs stay clean.
+void read_weights_with_progress(const slm::checkpoint& ck, bool forced) {
+  std::uint64_t total = 0;
+  for (const auto& f : ck.shards()) total += f.bytes().size();
+  if (!forced && total < (std::uint64_t{64} << 20)) return;
+  const bool tty = isatty(fileno(stderr)) != 0;
+  std::uint64_t done = 0;
+  int shown = -1;
+  volatile unsigned char sink = 0;
+  auto report = [&] {
+    const int pct = static_cast<int>(total ? 100 * done / total : 100);
+    if (tty) {
+      const int width = 30, filled = width * pct / 100;
+      std::fprintf(stderr, "\rslm: reading weights [%.*s%*s] %3d%% %s", filled, "##############################", width - filled,
+                   "", pct, human_bytes(total).c_str());
+      if (pct == 100) std::fprintf(stderr, "\n");
+    } else if (pct / 25 != shown / 25 || pct == 100) {
+      std::fprintf(stderr, "slm: reading weights: %d%% of %s\n", pct, human_bytes(total).c_str());
+    }
+    shown = pct;
+  };
+  report();
+  for (const auto& f : ck.shards()) {
+    const auto bytes = f.bytes();
+    for (std::size_t off = 0; off < bytes.size(); off += 4096) {
+      sink = sink ^ static_cast<unsigned char>(bytes[off]);
+      done += std::min<std::size_t>(4096, bytes.size() - off);
+      if ((off & ((std::size_t{16} << 20) - 1)) == 0) {
+        const int pct = static_cast<int>(100 * done / total);
+        if (pct != shown) report();
+      }
+    }
+  }
+  done = total;
+  if (shown != 100) report();
+}
+
 // slm run: generation. The prompt is text (--prompt, encoded with the model's tokenizer,
 // BOS as its post-processor says), ids (--prompt-ids: the output is ids too) or a
 // fill-in-the-middle pair (--fim-prefix/--fim-suffix: prefix, suffix, then the model
@@ -519,6 +559,7 @@ int cmd_run(const args& a) {
   if (!a.has("ignore-eos")) go.stop_tokens = stop_ids(*ck, t);
   go.stop_strings = a.all("stop");
   const bool stream = a.has("stream");
+  read_weights_with_progress(*ck, a.has("progress"));
 
   return with_model(model, [&](const auto& m) -> int {
     const std::size_t V = m.vocab();
@@ -889,6 +930,8 @@ void print_help() {
       "                     config.json and generation_config.json stop too, unless --ignore-eos\n"
       "  --stream           print the text as it is generated (whole UTF-8 characters)\n"
       "  --ctx N            context limit in tokens (default: the model's)\n"
+      "  --progress         show the weight-reading progress even for a small model (it is shown\n"
+      "                     from 64 MiB on: a bar on a terminal, a line per quarter otherwise)\n"
       "  --save-state FILE  after generating, save the session (caches, history, sampler state)\n"
       "  --load-state FILE  continue a saved session (the prompt, if any, is appended)\n"
       "  --kv, --mla, --act, --threads   as for logits\n"
@@ -942,7 +985,7 @@ int main(int argc, char** argv) {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
-                           key == "skip-special";
+                           key == "skip-special" || key == "progress";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

@@ -385,9 +385,12 @@ TEST(CliText, RunOnTextStreamsSamplesAndResumes) {
   const auto greedy = run_cli(tmp.path(), m + "--prompt 'int main' -n 12");
   ASSERT_EQ(greedy.exit_code, 0) << greedy.err;
   EXPECT_NE(greedy.err.find("12 generated"), std::string::npos) << greedy.err;
-  const auto streamed = run_cli(tmp.path(), m + "--prompt 'int main' -n 12 --stream");
+  const auto streamed = run_cli(tmp.path(), m + "--prompt 'int main' -n 12 --stream --progress");
   ASSERT_EQ(streamed.exit_code, 0) << streamed.err;
   EXPECT_EQ(streamed.out, greedy.out);
+  // Not a terminal: plain progress lines, the last at 100 %.
+  EXPECT_NE(streamed.err.find("slm: reading weights: 100% of"), std::string::npos) << streamed.err;
+  EXPECT_EQ(greedy.err.find("reading weights"), std::string::npos) << "small models read quietly";
   // Sampling: the same seed gives the same text, another seed another text.
   const std::string s = m + "--prompt 'int main' --temp 1.3 --top-k 50 ";
   const auto a = run_cli(tmp.path(), s + "--seed 4 -n 20");
