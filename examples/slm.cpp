@@ -573,8 +573,6 @@ int cmd_run(const args& a) {
     };
     if (spec == "mtp") {  // self-speculative: drafts from the model's MTP heads, same greedy ids
       if constexpr (slm::mtp_session<decltype(m.new_session())>) {
-        if (sampling->temperature != 0.0f)
-          return usage_error("--speculative mtp decodes greedily: use --temp 0 (sampled speculation is not in slm run yet)");
         if (resume || a.has("save-state")) return usage_error("--speculative mtp does not take --load-state / --save-state");
         const std::size_t depths = m.config().mtp_num_layers;
         if (depths == 0) return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
@@ -585,7 +583,15 @@ int cmd_run(const args& a) {
         auto session = m.new_session(o);
         std::vector<std::int32_t> out;
         slm::speculative_stats st;
-        if (auto s = slm::generate_greedy_mtp(session, prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
+        if (sampling->temperature == 0.0f) {
+          if (auto s = slm::generate_greedy_mtp(session, prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
+        } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
+          slm::sampler_config sc = *sampling;
+          if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
+          if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s.message());
+          slm::sampler smp(sc);
+          if (auto s = slm::generate_sampled_mtp(session, prompt, *n, k, V, smp, out, st, cx); !s.ok()) return fail(s);
+        }
         if (ids_mode) {
           print_ids(out);
         } else {  // the same stop rule as plain generation, applied afterwards
@@ -936,8 +942,9 @@ void print_help() {
       "  --load-state FILE  continue a saved session (the prompt, if any, is appended)\n"
       "  --kv, --mla, --act, --threads   as for logits\n"
       "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
-      "                     verify with one main forward, roll back rejected drafts; greedy only,\n"
-      "                     the same tokens as plain greedy; acceptance figures on stderr\n"
+      "                     verify with one main forward, roll back rejected drafts; greedy: the\n"
+      "                     same tokens as plain greedy; sampled: each token distributed exactly\n"
+      "                     as plain sampling (speculative sampling); acceptance figures on stderr\n"
       "  --draft K          drafts per main forward (default: every MTP depth)\n"
       "\ntokenize options:\n"
       "  --model DIR        a directory with tokenizer.json (and optionally tokenizer_config.json)\n"

@@ -140,4 +140,91 @@ std::int32_t speculative_accept(std::span<const float> p, std::span<const float>
   return static_cast<std::int32_t>(last);
 }
 
+// Sampled decoding of n tokens after `prompt` with MTP drafts: every draft is drawn from
+// the sampler's distribution over the draft head's logits (q), the main model's rows give
+// p (the same sampler settings, the history up to that position), and
+// speculative_accept() keeps or replaces each draft in order; after m accepted drafts the
+// bonus token is drawn from p. So every emitted token is distributed exactly as plain
+// sampling with `smp` would draw it (Leviathan et al. 2023); the random stream differs,
+// so a seed does not give plain sampling's tokens. Penalties see prompt + emitted tokens
+// (+ earlier drafts for later positions). Session contract and `out` / error behaviour
+// as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
+template <mtp_session Session, class Sampler>
+status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                            std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                            compute_context& cx) {
+  if (n == 0) return {};
+  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
+  std::vector<float> row(vocab), draft_logits, verify_logits, p;
+  std::vector<std::vector<float>> q;
+  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
+  history.insert(history.end(), out.begin(), out.end());
+  auto uniform = [&smp] { return smp.generator().uniform(); };
+  auto draw = [&](const std::vector<float>& probs) -> std::int32_t {  // inverse CDF, increasing id
+    const double u = uniform();
+    double c = 0.0;
+    std::int32_t last = -1;
+    for (std::size_t i = 0; i < probs.size(); ++i) {
+      if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
+      if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
+    }
+    return last;
+  };
+  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
+  ++st.main_forwards;
+  auto first = smp.sample(row, history);
+  if (!first.ok()) return std::move(first).take_error();
+  std::int32_t x = *first;
+  std::vector<std::int32_t> seq;
+  for (;;) {
+    out.push_back(x);
+    history.push_back(x);
+    ++st.generated;
+    const std::size_t left = n - std::min(n, st.generated);
+    if (left == 0) return {};
+    const std::size_t m = std::min(draft_tokens, left - 1);
+    seq.assign(1, x);
+    draft_logits.resize(m * vocab);
+    q.resize(m);
+    const std::size_t h0 = history.size();  // history = prompt + emitted (x included)
+    for (std::size_t i = 0; i < m; ++i) {   // d_{i+1} ~ q_i
+      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
+      SLM_TRY(smp.distribution(std::span<const float>(draft_logits.data() + i * vocab, vocab), history, q[i]));
+      const std::int32_t d = draw(q[i]);
+      if (d < 0) return make_error(errc::invalid_argument, "generate: an empty draft distribution");
+      seq.push_back(d);
+      history.push_back(d);
+    }
+    st.drafted += m;
+    verify_logits.resize((m + 1) * vocab);
+    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
+    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
+    ++st.main_forwards;
+    std::size_t j = 0;
+    std::int32_t next = -1;
+    for (; j < m; ++j) {
+      // the main distribution at position j sees x, d_1 .. d_j
+      SLM_TRY(smp.distribution(std::span<const float>(verify_logits.data() + j * vocab, vocab),
+                               std::span<const std::int32_t>(history).first(h0 + j), p));
+      bool accepted = false;
+      const std::int32_t t = speculative_accept(p, q[j], seq[j + 1], uniform, accepted);
+      if (!accepted) {
+        next = t;
+        break;
+      }
+      out.push_back(seq[j + 1]);
+      ++st.generated;
+    }
+    history.resize(h0 + j);
+    st.accepted += j;
+    if (m > j) SLM_TRY(s.rollback(m - j));
+    if (next < 0) {  // every draft kept: the bonus token from the last row
+      SLM_TRY(smp.distribution(std::span<const float>(verify_logits.data() + m * vocab, vocab), history, p));
+      next = draw(p);
+      if (next < 0) return make_error(errc::invalid_argument, "generate: an empty distribution");
+    }
+    x = next;
+  }
+}
+
 }  // namespace slm
