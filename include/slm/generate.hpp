@@ -244,10 +244,10 @@ class generator {
     const auto rng_state = sampler_.generator().state();
     safetensors::writer w;
     w.set_metadata("format", "slm.generator.v1");
-    SLM_TRY(w.add("session", dtype::u8, shape{blob->size()}, *blob));
-    SLM_TRY(w.add("history", dtype::i32, shape{history_.size()}, std::as_bytes(std::span(history_))));
-    SLM_TRY(w.add("logits", dtype::f32, shape{logits_.size()}, std::as_bytes(std::span(logits_))));
-    SLM_TRY(w.add("rng", dtype::u64, shape{rng_state.size()}, std::as_bytes(std::span(rng_state))));
+    SLM_TRY(w.add("session", dtype::u8, shape{static_cast<std::int64_t>(blob->size())}, *blob));
+    SLM_TRY(w.add("history", dtype::i32, shape{static_cast<std::int64_t>(history_.size())}, std::as_bytes(std::span(history_))));
+    SLM_TRY(w.add("logits", dtype::f32, shape{static_cast<std::int64_t>(logits_.size())}, std::as_bytes(std::span(logits_))));
+    SLM_TRY(w.add("rng", dtype::u64, shape{static_cast<std::int64_t>(rng_state.size())}, std::as_bytes(std::span(rng_state))));
     return w.write(path);
   }
 
@@ -269,10 +269,10 @@ class generator {
     if (!lg.ok()) return std::move(lg).error();
     auto rs = part("rng", dtype::u64);
     if (!rs.ok()) return std::move(rs).error();
-    if (lg->shape()[0] != rows_)
+    if (static_cast<std::size_t>(lg->shape()[0]) != rows_)
       return make_error(errc::invalid_argument, path.string(), ": logits of ", lg->shape()[0], " rows; this model has ", rows_);
     if (rs->shape()[0] != 4) return make_error(errc::format_error, path.string(), ": rng state is not 4 words");
-    std::vector<std::int32_t> history(hist->shape()[0]);
+    std::vector<std::int32_t> history(static_cast<std::size_t>(hist->shape()[0]));
     std::memcpy(history.data(), hist->bytes().data(), history.size() * 4);
     for (std::int32_t id : history)
       if (id < 0 || static_cast<std::size_t>(id) >= rows_)

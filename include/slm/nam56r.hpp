@@ -651,7 +651,7 @@ class nam56r_model {
   linear head_;  // output_layer rows [0, vocab_size)
 };
 
-class nam56r_model::session {
+class nam56r_model::session : public blob_session_state<nam56r_model::session> {
  public:
   explicit session(const nam56r_model& m, session_options o = {}) : m_(&m), opt_(o) {
     if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_position_embeddings;
@@ -731,46 +731,7 @@ class nam56r_model::session {
 
   // ---- Session state (the decoder session's semantics, model.hpp; records at the top) ----
 
-  // A deep copy: the session's saved blob, held in memory (restore() loads it).
-  result<state_snapshot> snapshot() const {
-    auto b = save();
-    if (!b.ok()) return std::move(b).take_error();
-    return state_snapshot(std::move(*b));
-  }
-  // Back to a snapshot of this or another session of a model with the same structure and
-  // KV dtype; on any error the session is unchanged.
-  status restore(const state_snapshot& snap) {
-    if (auto s = load_impl(snap.bytes()); !s.ok()) return std::move(s).with_context("restore");
-    return {};
-  }
-  // Serializes the state through write(std::span<const std::byte>) -> status.
-  template <class Write>
-    requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
-  status save(Write&& write) const {
-    state scratch;
-    const state* s = nullptr;
-    SLM_TRY(current_state(scratch, s));
-    return write_state_blob(write, header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  result<std::vector<std::byte>> save() const {
-    state scratch;
-    const state* s = nullptr;
-    SLM_TRY(current_state(scratch, s));
-    return state_blob(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  result<std::uint64_t> saved_size() const {
-    state scratch;
-    const state* s = nullptr;
-    SLM_TRY(current_state(scratch, s));
-    return state_blob_size(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  // Replaces the state with a saved one (a session of a NAM56R model with the same
-  // structure and KV dtype). Every field and length is checked before anything is
-  // replaced: on any error the session is unchanged.
-  status load(std::span<const std::byte> bytes) {
-    if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
-    return {};
-  }
+  // snapshot(), restore(), save(), saved_size(), load(): blob_session_state (recurrent_cache.hpp).
 
   // MTP drafting (see the top of this file): next = {x_p, d_1, .., d_{m-1}}, 1 <= m <=
   // mtp depths, position() >= 1; logits [m, vocab()]: row i = depth i + 1 at position p - 1.
@@ -844,6 +805,8 @@ class nam56r_model::session {
     floats hf;                                // final-normed hidden of every position, [pos, d] (MTP models)
     std::vector<std::int32_t> tokens;         // every consumed id: the n-gram history, the MTP inputs
   };
+  using state_type = state;  // for blob_session_state
+  friend class blob_session_state<session>;
 
   // Depth k (0-based) position t reads token t + k + 1: consumed when t + k + 1 <= p - 1.
   static std::size_t verified_len(std::size_t k, std::size_t p) noexcept { return p > k + 1 ? p - k - 1 : 0; }

@@ -988,7 +988,10 @@ class nanochat_model {
 };
 
 // Inference with a KV cache (see the top of this file for what each layer keeps).
-class nanochat_model::session {
+class nanochat_model::session : public blob_session_state<nanochat_model::session> {
+  using state_type = sequence;  // for blob_session_state
+  friend class blob_session_state<session>;
+
  public:
   explicit session(const nanochat_model& m, session_options o = {}) : m_(&m), opt_(o) {
     // nanochat precomputes RoPE for 10 x sequence_len positions and asserts beyond.
@@ -1060,50 +1063,11 @@ class nanochat_model::session {
 
   // ---- Session state (the decoder session's semantics, model.hpp; records at the top) ----
 
-  // A deep copy: the session's saved blob, held in memory (restore() loads it).
-  result<state_snapshot> snapshot() const {
-    auto b = save();
-    if (!b.ok()) return std::move(b).take_error();
-    return state_snapshot(std::move(*b));
-  }
-  // Back to a snapshot of this or another session of a model with the same structure and
-  // KV dtype; on any error the session is unchanged.
-  status restore(const state_snapshot& snap) {
-    if (auto s = load_impl(snap.bytes()); !s.ok()) return std::move(s).with_context("restore");
-    return {};
-  }
-  // Serializes the state through write(std::span<const std::byte>) -> status.
-  template <class Write>
-    requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
-  status save(Write&& write) const {
-    sequence scratch;
-    const sequence* s = nullptr;
-    SLM_TRY(current_sequence(scratch, s));
-    return write_state_blob(write, header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  result<std::vector<std::byte>> save() const {
-    sequence scratch;
-    const sequence* s = nullptr;
-    SLM_TRY(current_sequence(scratch, s));
-    return state_blob(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  result<std::uint64_t> saved_size() const {
-    sequence scratch;
-    const sequence* s = nullptr;
-    SLM_TRY(current_sequence(scratch, s));
-    return state_blob_size(header_of(*s), [&](state_writer& w) { return write_records(w, *s); });
-  }
-  // Replaces the state with a saved one (a session of a nanochat model with the same
-  // structure and KV dtype). Every field and length is checked before anything is
-  // replaced: on any error the session is unchanged.
-  status load(std::span<const std::byte> bytes) {
-    if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
-    return {};
-  }
+  // snapshot(), restore(), save(), saved_size(), load(): blob_session_state (recurrent_cache.hpp).
 
  private:
   // The sequence, or a fresh one in `scratch` for a session that has not run yet.
-  status current_sequence(sequence& scratch, const sequence*& s) const {
+  status current_state(sequence& scratch, const sequence*& s) const {
     s = &seq_;
     if (ready_) return {};
     session_options o = opt_;
