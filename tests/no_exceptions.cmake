@@ -19,7 +19,7 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BUILD_DIR} -G ${GENERATOR} -DCMAKE_CX
     # The tests whose code paths differ most without exceptions: errors as values from the
     # parsers and loaders, allocation failure, sessions and their state, the thread pools
     # (OpenMP here), every model path, and the command-line program (built with the examples).
-    -DSLM_TEST_SET=status,json,thread_pool,safetensors,checkpoint,quant_config,quantize,models,model_config,session_state,nam56r,nanochat)
+    -DSLM_TEST_SET=status,json,thread_pool,safetensors,checkpoint,quant_config,quantize,models,model_config,session_state,nam56r,nanochat,tokenizer,generate)
 # As many jobs as the machine has cores: this build is most of the test command's time.
 cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
 run(${CMAKE_COMMAND} --build ${BUILD_DIR} --parallel ${_cores})
