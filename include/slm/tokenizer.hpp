@@ -48,6 +48,7 @@
 #include "slm/mapped_file.hpp"
 #include "slm/regex.hpp"
 #include "slm/status.hpp"
+#include "slm/text_ops.hpp"
 #include "slm/unicode.hpp"
 
 namespace slm {
@@ -307,7 +308,6 @@ class tokenizer {
 
  private:
   // ---- Pipeline steps, as parsed from the JSON ----
-  enum class split_behavior : std::uint8_t { isolated, removed, merged_with_previous, merged_with_next, contiguous };
   struct normalize_step {
     enum kind_t : std::uint8_t { nfc, nfd, nfkc, lowercase, strip, replace, prepend } kind;
     std::string a, b;                // replace: pattern (string form) / content; prepend: a
@@ -318,7 +318,7 @@ class tokenizer {
     enum kind_t : std::uint8_t { split, digits, byte_level, whitespace_split, metaspace } kind;
     std::shared_ptr<const regex> re;  // split (regex) / byte_level with use_regex
     std::string literal;              // split with a string pattern; metaspace: replacement
-    split_behavior behavior = split_behavior::isolated;
+    text::split_behavior behavior = text::split_behavior::isolated;
     bool invert = false, individual_digits = false, add_prefix_space = false;
     enum prepend_t : std::uint8_t { never, first, always } prepend = always;
     bool split_on_replacement = true;
@@ -334,41 +334,6 @@ class tokenizer {
     bool sequence = false;
     std::vector<std::int32_t> ids;
   };
-
-  // ---- Byte-level alphabet (GPT-2): printable bytes stand for themselves, the others map
-  // to U+0100 onwards, in byte order.
-  static std::array<char32_t, 256> byte_to_char() {
-    std::array<char32_t, 256> m{};
-    char32_t next = 256;
-    for (unsigned b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-      m[b] = printable ? static_cast<char32_t>(b) : next++;
-    }
-    return m;
-  }
-  // The bytes of a byte-level token's text; nullopt when a character is outside the alphabet.
-  static std::optional<std::string> bytes_of(std::string_view s) {
-    static constexpr auto inverse = [] {
-      std::array<std::int16_t, 324> inv{};
-      for (auto& v : inv) v = -1;
-      char32_t next = 256;
-      for (unsigned b = 0; b < 256; ++b) {
-        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-        inv[printable ? b : next++] = static_cast<std::int16_t>(b);
-      }
-      return inv;
-    }();
-    std::string out;
-    out.reserve(s.size());
-    for (std::size_t i = 0; i < s.size();) {
-      std::size_t len = 1;
-      const char32_t c = unicode::decode(s, i, len);
-      if (c >= inverse.size() || inverse[c] < 0) return std::nullopt;
-      out.push_back(static_cast<char>(inverse[c]));
-      i += len;
-    }
-    return out;
-  }
 
   // ---- Loading ----
 
@@ -393,7 +358,7 @@ class tokenizer {
     if (bytes_decoder_) {
       token_bytes_.resize(tokens_.size());
       for (std::size_t i = 0; i < tokens_.size(); ++i) {
-        auto b = bytes_of(tokens_[i]);
+        auto b = text::bytes_of(tokens_[i]);
         token_bytes_[i] = b ? std::move(*b) : tokens_[i];
       }
     }
@@ -415,12 +380,12 @@ class tokenizer {
     return make_error(errc::parse_error, "pattern: expected {\"Regex\": ...} or {\"String\": ...}");
   }
 
-  static result<split_behavior> parse_behavior(std::string_view b) {
-    if (b == "Isolated") return split_behavior::isolated;
-    if (b == "Removed") return split_behavior::removed;
-    if (b == "MergedWithPrevious") return split_behavior::merged_with_previous;
-    if (b == "MergedWithNext") return split_behavior::merged_with_next;
-    if (b == "Contiguous") return split_behavior::contiguous;
+  static result<text::split_behavior> parse_behavior(std::string_view b) {
+    if (b == "Isolated") return text::split_behavior::isolated;
+    if (b == "Removed") return text::split_behavior::removed;
+    if (b == "MergedWithPrevious") return text::split_behavior::merged_with_previous;
+    if (b == "MergedWithNext") return text::split_behavior::merged_with_next;
+    if (b == "Contiguous") return text::split_behavior::contiguous;
     return make_error(errc::unsupported, "split behavior \"", b, "\"");
   }
 
@@ -465,7 +430,7 @@ class tokenizer {
       auto re = regex::compile(R"(\w+|[^\w\s]+)");
       if (!re.ok()) return std::move(re).take_error().with_context("Whitespace");
       s.re = std::make_shared<const regex>(std::move(*re));
-      s.behavior = split_behavior::removed;
+      s.behavior = text::split_behavior::removed;
       s.invert = true;
     } else if (type == "Metaspace") {
       s.kind = pre_step::metaspace;
@@ -636,7 +601,7 @@ class tokenizer {
 
     if (byte_mode_) {
       // Initial symbols: the token of each single byte; the vocabulary by bytes.
-      const auto chars = byte_to_char();
+      const auto chars = text::byte_to_char();
       byte_ids_.fill(-1);
       for (unsigned b = 0; b < 256; ++b) {
         std::string s;
@@ -645,8 +610,8 @@ class tokenizer {
       }
       if (ignore_merges_) {
         vocab_bytes_.reserve(vocab_.size());
-        for (const auto& [text, id] : vocab_)
-          if (auto bytes = bytes_of(text)) vocab_bytes_.emplace(std::move(*bytes), id);
+        for (const auto& [entry, id] : vocab_)
+          if (auto bytes = text::bytes_of(entry)) vocab_bytes_.emplace(std::move(*bytes), id);
       }
     }
     return {};
@@ -757,48 +722,10 @@ class tokenizer {
     }
   }
 
-  // ---- Added tokens: leftmost-longest matching of a set of strings ----
-  struct added_matcher {
-    struct entry {
-      std::string text;
-      std::size_t index;  // into added_
-    };
-    std::array<std::vector<entry>, 256> by_first{};  // longest first within a bucket
-    std::array<bool, 256> first{};
-    bool empty = true;
-    void add(std::string text, std::size_t index) {
-      if (text.empty()) return;
-      const auto b = static_cast<unsigned char>(text[0]);
-      auto& bucket = by_first[b];
-      bucket.push_back({std::move(text), index});
-      std::stable_sort(bucket.begin(), bucket.end(), [](const entry& x, const entry& y) { return x.text.size() > y.text.size(); });
-      first[b] = true;
-      empty = false;
-    }
-    // The leftmost-longest match at or after `from`: (begin, entry) or begin = npos.
-    std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const {
-      if (empty) return {std::string_view::npos, nullptr};
-      for (std::size_t i = from; i < s.size(); ++i) {
-        const auto b = static_cast<unsigned char>(s[i]);
-        if (!first[b]) continue;
-        for (const entry& e : by_first[b])
-          if (s.size() - i >= e.text.size() && std::memcmp(s.data() + i, e.text.data(), e.text.size()) == 0)
-            return {i, &e};
-      }
-      return {std::string_view::npos, nullptr};
-    }
-  };
-
-  static bool is_word_char(char32_t c) {
-    using unicode::category;
-    const category k = unicode::general_category(c);
-    return c == U'_' || k <= category::Lo || k == category::Nd || k == category::Nl || k == category::No;
-  }
-
   // Calls fn(id, piece) for the pieces of s in order: fn(id >= 0, token text) for an added
   // token, fn(-1, text) between them (HF's AddedVocabulary::find_matches).
   template <class Fn>
-  void for_each_added(std::string_view s, const added_matcher& m, const encode_options& opt, Fn&& fn) const {
+  void for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const {
     if (m.empty) {
       fn(-1, s);
       return;
@@ -817,9 +744,9 @@ class tokenizer {
         if (start > 0) {
           std::size_t k = start - 1;
           while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-          word_before = is_word_char(unicode::decode(s, k, len));
+          word_before = text::is_word_char(unicode::decode(s, k, len));
         }
-        if (stop < s.size()) word_after = is_word_char(unicode::decode(s, stop, len));
+        if (stop < s.size()) word_after = text::is_word_char(unicode::decode(s, stop, len));
         if (word_before || word_after) continue;
       }
       if (tok.lstrip) {
@@ -855,9 +782,9 @@ class tokenizer {
         case normalize_step::nfc: s = unicode::nfc(s); break;
         case normalize_step::nfd: s = unicode::nfd(s); break;
         case normalize_step::nfkc: s = unicode::nfkc(s); break;
-        case normalize_step::lowercase: s = lowercase(s); break;
-        case normalize_step::strip: s = strip_white(s, n.left, n.right); break;
-        case normalize_step::replace: s = replace_all(s, n.a, n.re.get(), n.b); break;
+        case normalize_step::lowercase: s = text::lowercase(s); break;
+        case normalize_step::strip: s = text::strip_white(s, n.left, n.right); break;
+        case normalize_step::replace: s = text::replace_all(s, n.a, n.re.get(), n.b); break;
         case normalize_step::prepend:
           if (!s.empty()) s.insert(0, n.a);
           break;
@@ -865,169 +792,7 @@ class tokenizer {
     }
     return s;
   }
-  // Lowercase by simple case folding: exact for ASCII and for the letters whose lowercase
-  // is one code point (HF uses Rust's full to_lowercase; they differ on a handful of
-  // letters such as U+0130).
-  static std::string lowercase(std::string_view s) {
-    std::string out;
-    out.reserve(s.size());
-    for (std::size_t i = 0; i < s.size();) {
-      std::size_t len = 1;
-      const char32_t c = unicode::decode(s, i, len);
-      if (c < 0x80) out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));
-      else unicode::append_utf8(out, unicode::simple_fold(c));
-      i += len;
-    }
-    return out;
-  }
-  static std::string strip_white(std::string_view s, bool left, bool right) {
-    std::size_t b = 0, e = s.size();
-    while (left && b < e) {
-      std::size_t len = 1;
-      if (!unicode::is_white_space(unicode::decode(s, b, len))) break;
-      b += len;
-    }
-    while (right && e > b) {
-      std::size_t j = e - 1, len = 1;
-      while (j > b && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
-      if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
-      e = j;
-    }
-    return std::string(s.substr(b, e - b));
-  }
-  static std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
-    std::string out;
-    std::size_t pos = 0;
-    if (re) {
-      std::size_t from = 0, b = 0, e = 0;
-      while (from <= s.size() && re->search(s, from, b, e)) {
-        out.append(s.substr(pos, b - pos));
-        out += with;
-        pos = e;
-        if (e == b) {  // an empty match: copy one code point and go on
-          if (b >= s.size()) break;
-          std::size_t len = 1;
-          unicode::decode(s, b, len);
-          out.append(s.substr(b, len));
-          pos = b + len;
-          from = pos;
-        } else {
-          from = e;
-        }
-      }
-    } else {
-      for (std::size_t at; (at = s.find(literal, pos)) != std::string_view::npos; pos = at + literal.size()) {
-        out.append(s.substr(pos, at - pos));
-        out += with;
-      }
-    }
-    out.append(s.substr(std::min(pos, s.size())));
-    return out;
-  }
-
   // ---- Pre-tokenizers ----
-
-  // Matches of `pattern` in s as HF's Pattern::find_matches: (begin, end, is_match) over
-  // the whole of s, gaps included, in order (onig's find_iter: an empty match right after
-  // the previous match is skipped by one character).
-  template <class Fn>
-  static void regex_matches(const regex& re, std::string_view s, Fn&& fn) {
-    std::size_t prev = 0, last_end = 0, last_match_end = std::string_view::npos;
-    while (last_end <= s.size()) {
-      std::size_t b = 0, e = 0;
-      if (!re.search(s, last_end, b, e)) break;
-      if (b == e && e == last_match_end) {
-        if (last_end >= s.size()) break;
-        std::size_t len = 1;
-        unicode::decode(s, last_end, len);
-        last_end += len;
-        continue;
-      }
-      last_end = e, last_match_end = e;
-      if (prev != b) fn(prev, b, false);
-      fn(b, e, true);
-      prev = e;
-      if (b == e && e >= s.size()) break;
-    }
-    if (prev != s.size()) fn(prev, s.size(), false);
-  }
-  template <class Fn>
-  static void literal_matches(std::string_view lit, std::string_view s, Fn&& fn) {
-    std::size_t prev = 0;
-    for (std::size_t at; (at = s.find(lit, prev)) != std::string_view::npos; prev = at + lit.size()) {
-      if (prev != at) fn(prev, at, false);
-      fn(at, at + lit.size(), true);
-    }
-    if (prev != s.size()) fn(prev, s.size(), false);
-  }
-  template <class Pred, class Fn>
-  static void char_matches(std::string_view s, Pred&& pred, Fn&& fn) {
-    std::size_t prev = 0;
-    for (std::size_t i = 0; i < s.size();) {
-      std::size_t len = 1;
-      const char32_t c = unicode::decode(s, i, len);
-      if (pred(c)) {
-        if (prev < i) fn(prev, i, false);
-        fn(i, i + len, true);
-        prev = i + len;
-      }
-      i += len;
-    }
-    if (prev < s.size()) fn(prev, s.size(), false);
-  }
-
-  // Applies a split behaviour to the (begin, end, is_match) stream and calls out(piece)
-  // for every non-empty resulting piece.
-  template <class Source, class Out>
-  static void split_pieces(std::string_view s, split_behavior behavior, bool invert, Source&& source, Out&& out) {
-    if (behavior == split_behavior::isolated) {  // the common case, without a buffer
-      source([&](std::size_t b, std::size_t e, bool) {
-        if (e > b) out(s.substr(b, e - b));
-      });
-      return;
-    }
-    struct span3 {
-      std::size_t b, e;
-      bool m;
-    };
-    std::vector<span3> v;
-    source([&](std::size_t b, std::size_t e, bool m) { v.push_back({b, e, m != invert}); });
-    std::vector<std::pair<std::size_t, std::size_t>> res;
-    bool previous = false;
-    switch (behavior) {
-      case split_behavior::isolated: break;
-      case split_behavior::removed:
-        for (const span3& x : v)
-          if (!x.m) res.emplace_back(x.b, x.e);
-        break;
-      case split_behavior::merged_with_previous:
-        for (const span3& x : v) {
-          if (x.m && !previous && !res.empty()) res.back().second = x.e;
-          else res.emplace_back(x.b, x.e);
-          previous = x.m;
-        }
-        break;
-      case split_behavior::merged_with_next:
-        for (std::size_t k = v.size(); k-- > 0;) {
-          const span3& x = v[k];
-          if (x.m && !previous && !res.empty()) res.back().first = x.b;
-          else res.emplace_back(x.b, x.e);
-          previous = x.m;
-        }
-        std::reverse(res.begin(), res.end());
-        break;
-      case split_behavior::contiguous:
-        for (std::size_t k = 0; k < v.size(); ++k) {
-          const span3& x = v[k];
-          if (k > 0 && x.m == previous && !res.empty()) res.back().second = x.e;
-          else res.emplace_back(x.b, x.e);
-          previous = x.m;
-        }
-        break;
-    }
-    for (const auto& [b, e] : res)
-      if (e > b) out(s.substr(b, e - b));
-  }
 
   // Runs pre-tokenizer `step` on one piece and hands each resulting piece to the next
   // step, the last one to sink (the model). `first` says the piece starts the text
@@ -1040,22 +805,22 @@ class tokenizer {
     switch (p.kind) {
       case pre_step::split:
         if (p.re)
-          split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { regex_matches(*p.re, piece, f); }, next);
+          text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::regex_matches(*p.re, piece, f); }, next);
         else
-          split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { literal_matches(p.literal, piece, f); }, next);
+          text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::literal_matches(p.literal, piece, f); }, next);
         return;
       case pre_step::digits: {
         auto numeric = [](char32_t c) {
           const auto k = unicode::general_category(c);
           return k == unicode::category::Nd || k == unicode::category::Nl || k == unicode::category::No;
         };
-        split_pieces(piece, p.individual_digits ? split_behavior::isolated : split_behavior::contiguous, false,
-                     [&](auto&& f) { char_matches(piece, numeric, f); }, next);
+        text::split_pieces(piece, p.individual_digits ? text::split_behavior::isolated : text::split_behavior::contiguous, false,
+                     [&](auto&& f) { text::char_matches(piece, numeric, f); }, next);
         return;
       }
       case pre_step::whitespace_split:
-        split_pieces(piece, split_behavior::removed, false,
-                     [&](auto&& f) { char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
+        text::split_pieces(piece, text::split_behavior::removed, false,
+                     [&](auto&& f) { text::char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
         return;
       case pre_step::byte_level: {
         std::string prefixed;
@@ -1065,20 +830,20 @@ class tokenizer {
           s = prefixed;
         }
         if (p.re)
-          split_pieces(s, split_behavior::isolated, false, [&](auto&& f) { regex_matches(*p.re, s, f); },
+          text::split_pieces(s, text::split_behavior::isolated, false, [&](auto&& f) { text::regex_matches(*p.re, s, f); },
                        [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
         else
           pre_tokenize(step + 1, s, false, sink);
         return;
       }
       case pre_step::metaspace: {
-        std::string s = replace_all(piece, " ", nullptr, p.literal);
+        std::string s = text::replace_all(piece, " ", nullptr, p.literal);
         if ((p.prepend == pre_step::always || (p.prepend == pre_step::first && first)) &&
             s.compare(0, p.literal.size(), p.literal) != 0)
           s.insert(0, p.literal);
         if (!p.split_on_replacement) return pre_tokenize(step + 1, s, false, sink);
         const std::string_view sv = s;
-        split_pieces(sv, split_behavior::merged_with_next, false, [&](auto&& f) { literal_matches(p.literal, sv, f); },
+        text::split_pieces(sv, text::split_behavior::merged_with_next, false, [&](auto&& f) { text::literal_matches(p.literal, sv, f); },
                      [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
         return;
       }
@@ -1174,14 +939,14 @@ class tokenizer {
     switch (d.kind) {
       case decode_step::byte_level:
         for (std::string& t : toks)
-          if (auto b = bytes_of(t)) t = std::move(*b);
+          if (auto b = text::bytes_of(t)) t = std::move(*b);
         return;
       case decode_step::metaspace:
         for (std::size_t i = 0; i < toks.size(); ++i)
-          toks[i] = replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
+          toks[i] = text::replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
         return;
       case decode_step::replace:
-        for (std::string& t : toks) t = replace_all(t, d.a, d.re.get(), d.b);
+        for (std::string& t : toks) t = text::replace_all(t, d.a, d.re.get(), d.b);
         return;
       case decode_step::byte_fallback: {
         std::vector<std::string> out;
@@ -1218,7 +983,7 @@ class tokenizer {
         return;
       case decode_step::bpe_suffix:
         for (std::size_t i = 0; i < toks.size(); ++i)
-          toks[i] = replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
+          toks[i] = text::replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
         return;
     }
   }
@@ -1245,7 +1010,7 @@ class tokenizer {
   std::vector<decode_step> decoders_;
   std::vector<template_item> template_;
   std::vector<added_token> added_;
-  added_matcher raw_added_, normalized_added_;
+  text::literal_set raw_added_, normalized_added_;
   special_token_ids specials_;
   std::uint64_t fingerprint_ = 1;
   std::string normalizer_names_, pre_names_, decoder_names_;

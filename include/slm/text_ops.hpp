@@ -1,0 +1,270 @@
+// slm/text_ops.hpp - the string operations HF's tokenizer pipeline is made of.
+//
+// What tokenizer.hpp composes into normalizers, pre-tokenizers and decoders, each as HF's
+// `tokenizers` defines it:
+//   * the byte-level alphabet (GPT-2): every byte as a printable character and back;
+//   * pattern matches over a whole string, gaps included, as HF's Pattern::find_matches
+//     (a regex with onig's find_iter rule for empty matches, a literal, a character
+//     predicate), and the five split behaviours (Isolated, Removed, MergedWithPrevious,
+//     MergedWithNext, Contiguous) applied to them;
+//   * literal_set: leftmost-longest matching of a set of strings (added tokens);
+//   * whitespace-aware strip, replace-all (literal or regex), lowercase.
+// Plain functions on string views; nothing here allocates more than its result.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "slm/regex.hpp"
+#include "slm/unicode.hpp"
+
+namespace slm::text {
+
+enum class split_behavior : std::uint8_t { isolated, removed, merged_with_previous, merged_with_next, contiguous };
+
+// ---- Byte-level alphabet (GPT-2): printable bytes stand for themselves, the others map
+// to U+0100 onwards, in byte order.
+inline std::array<char32_t, 256> byte_to_char() {
+  std::array<char32_t, 256> m{};
+  char32_t next = 256;
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    m[b] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return m;
+}
+// The bytes of a byte-level token's text; nullopt when a character is outside the alphabet.
+inline std::optional<std::string> bytes_of(std::string_view s) {
+  static constexpr auto inverse = [] {
+    std::array<std::int16_t, 324> inv{};
+    for (auto& v : inv) v = -1;
+    char32_t next = 256;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      inv[printable ? b : next++] = static_cast<std::int16_t>(b);
+    }
+    return inv;
+  }();
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 1;
+    const char32_t c = unicode::decode(s, i, len);
+    if (c >= inverse.size() || inverse[c] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(inverse[c]));
+    i += len;
+  }
+  return out;
+}
+
+
+// Matches of `pattern` in s as HF's Pattern::find_matches: (begin, end, is_match) over
+// the whole of s, gaps included, in order (onig's find_iter: an empty match right after
+// the previous match is skipped by one character).
+template <class Fn>
+inline void regex_matches(const regex& re, std::string_view s, Fn&& fn) {
+  std::size_t prev = 0, last_end = 0, last_match_end = std::string_view::npos;
+  while (last_end <= s.size()) {
+    std::size_t b = 0, e = 0;
+    if (!re.search(s, last_end, b, e)) break;
+    if (b == e && e == last_match_end) {
+      if (last_end >= s.size()) break;
+      std::size_t len = 1;
+      unicode::decode(s, last_end, len);
+      last_end += len;
+      continue;
+    }
+    last_end = e, last_match_end = e;
+    if (prev != b) fn(prev, b, false);
+    fn(b, e, true);
+    prev = e;
+    if (b == e && e >= s.size()) break;
+  }
+  if (prev != s.size()) fn(prev, s.size(), false);
+}
+template <class Fn>
+inline void literal_matches(std::string_view lit, std::string_view s, Fn&& fn) {
+  std::size_t prev = 0;
+  for (std::size_t at; (at = s.find(lit, prev)) != std::string_view::npos; prev = at + lit.size()) {
+    if (prev != at) fn(prev, at, false);
+    fn(at, at + lit.size(), true);
+  }
+  if (prev != s.size()) fn(prev, s.size(), false);
+}
+template <class Pred, class Fn>
+inline void char_matches(std::string_view s, Pred&& pred, Fn&& fn) {
+  std::size_t prev = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 1;
+    const char32_t c = unicode::decode(s, i, len);
+    if (pred(c)) {
+      if (prev < i) fn(prev, i, false);
+      fn(i, i + len, true);
+      prev = i + len;
+    }
+    i += len;
+  }
+  if (prev < s.size()) fn(prev, s.size(), false);
+}
+
+// Applies a split behaviour to the (begin, end, is_match) stream and calls out(piece)
+// for every non-empty resulting piece.
+template <class Source, class Out>
+inline void split_pieces(std::string_view s, split_behavior behavior, bool invert, Source&& source, Out&& out) {
+  if (behavior == split_behavior::isolated) {  // the common case, without a buffer
+    source([&](std::size_t b, std::size_t e, bool) {
+      if (e > b) out(s.substr(b, e - b));
+    });
+    return;
+  }
+  struct span3 {
+    std::size_t b, e;
+    bool m;
+  };
+  std::vector<span3> v;
+  source([&](std::size_t b, std::size_t e, bool m) { v.push_back({b, e, m != invert}); });
+  std::vector<std::pair<std::size_t, std::size_t>> res;
+  bool previous = false;
+  switch (behavior) {
+    case split_behavior::isolated: break;
+    case split_behavior::removed:
+      for (const span3& x : v)
+        if (!x.m) res.emplace_back(x.b, x.e);
+      break;
+    case split_behavior::merged_with_previous:
+      for (const span3& x : v) {
+        if (x.m && !previous && !res.empty()) res.back().second = x.e;
+        else res.emplace_back(x.b, x.e);
+        previous = x.m;
+      }
+      break;
+    case split_behavior::merged_with_next:
+      for (std::size_t k = v.size(); k-- > 0;) {
+        const span3& x = v[k];
+        if (x.m && !previous && !res.empty()) res.back().first = x.b;
+        else res.emplace_back(x.b, x.e);
+        previous = x.m;
+      }
+      std::reverse(res.begin(), res.end());
+      break;
+    case split_behavior::contiguous:
+      for (std::size_t k = 0; k < v.size(); ++k) {
+        const span3& x = v[k];
+        if (k > 0 && x.m == previous && !res.empty()) res.back().second = x.e;
+        else res.emplace_back(x.b, x.e);
+        previous = x.m;
+      }
+      break;
+  }
+  for (const auto& [b, e] : res)
+    if (e > b) out(s.substr(b, e - b));
+}
+
+
+// ---- Added tokens: leftmost-longest matching of a set of strings ----
+struct literal_set {
+  struct entry {
+    std::string text;
+    std::size_t index;  // into added_
+  };
+  std::array<std::vector<entry>, 256> by_first{};  // longest first within a bucket
+  std::array<bool, 256> first{};
+  bool empty = true;
+  void add(std::string text, std::size_t index) {
+    if (text.empty()) return;
+    const auto b = static_cast<unsigned char>(text[0]);
+    auto& bucket = by_first[b];
+    bucket.push_back({std::move(text), index});
+    std::stable_sort(bucket.begin(), bucket.end(), [](const entry& x, const entry& y) { return x.text.size() > y.text.size(); });
+    first[b] = true;
+    empty = false;
+  }
+  // The leftmost-longest match at or after `from`: (begin, entry) or begin = npos.
+  std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const {
+    if (empty) return {std::string_view::npos, nullptr};
+    for (std::size_t i = from; i < s.size(); ++i) {
+      const auto b = static_cast<unsigned char>(s[i]);
+      if (!first[b]) continue;
+      for (const entry& e : by_first[b])
+        if (s.size() - i >= e.text.size() && std::memcmp(s.data() + i, e.text.data(), e.text.size()) == 0)
+          return {i, &e};
+    }
+    return {std::string_view::npos, nullptr};
+  }
+};
+
+inline bool is_word_char(char32_t c) {
+  using unicode::category;
+  const category k = unicode::general_category(c);
+  return c == U'_' || k <= category::Lo || k == category::Nd || k == category::Nl || k == category::No;
+}
+
+
+// Lowercase by simple case folding: exact for ASCII and for the letters whose lowercase
+// is one code point (HF uses Rust's full to_lowercase; they differ on a handful of
+// letters such as U+0130).
+inline std::string lowercase(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 1;
+    const char32_t c = unicode::decode(s, i, len);
+    if (c < 0x80) out.push_back(static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c));
+    else unicode::append_utf8(out, unicode::simple_fold(c));
+    i += len;
+  }
+  return out;
+}
+inline std::string strip_white(std::string_view s, bool left, bool right) {
+  std::size_t b = 0, e = s.size();
+  while (left && b < e) {
+    std::size_t len = 1;
+    if (!unicode::is_white_space(unicode::decode(s, b, len))) break;
+    b += len;
+  }
+  while (right && e > b) {
+    std::size_t j = e - 1, len = 1;
+    while (j > b && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+    if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
+    e = j;
+  }
+  return std::string(s.substr(b, e - b));
+}
+inline std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
+  std::string out;
+  std::size_t pos = 0;
+  if (re) {
+    std::size_t from = 0, b = 0, e = 0;
+    while (from <= s.size() && re->search(s, from, b, e)) {
+      out.append(s.substr(pos, b - pos));
+      out += with;
+      pos = e;
+      if (e == b) {  // an empty match: copy one code point and go on
+        if (b >= s.size()) break;
+        std::size_t len = 1;
+        unicode::decode(s, b, len);
+        out.append(s.substr(b, len));
+        pos = b + len;
+        from = pos;
+      } else {
+        from = e;
+      }
+    }
+  } else {
+    for (std::size_t at; (at = s.find(literal, pos)) != std::string_view::npos; pos = at + literal.size()) {
+      out.append(s.substr(pos, at - pos));
+      out += with;
+    }
+  }
+  out.append(s.substr(std::min(pos, s.size())));
+  return out;
+}
+
+}  // namespace slm::text
