@@ -27,6 +27,13 @@
 // bytes), and the search skips start positions whose first byte cannot begin a match.
 // Work is bounded: each search() has a step budget (2^27 + 4096 steps per byte searched);
 // a pattern that backtracks catastrophically runs out of it and search() reports no match.
+// Fast path: a pattern that is an alternation of simple branches (literals, single-class
+// loops, single-class lookaheads, optional alternations of strings: every tokenizer pattern
+// in tests/data) is also compiled to item lists matched without a backtracking stack, with
+// direct code for the common branch shapes (` ?\p{L}+`, `\s+(?!\S)`, `\p{N}{1,3}`, ...);
+// it explores the same choices in the same order, so it finds the same matches. It counts
+// its work as an upper bound of the general engine's steps and hands the search to the
+// general engine when that nears the budget, so the budget's outcome is unchanged too.
 // Limits at compile time: pattern 64 KiB, nesting depth 200, counted repeats up to 100000,
 // program 200000 instructions.
 #pragma once
@@ -655,6 +662,52 @@ class parser {
   }
 };
 
+// ---- fast path ----
+// Most tokenizer patterns are an alternation of simple branches, each a sequence of
+// literals, single-class loops (` ?\p{L}+`, `\p{N}{1,3}`, `[^\r\n\p{L}\p{N}]?\p{L}+`),
+// single-class lookaheads (`\s+(?!\S)`) and optional alternations of fixed strings
+// (`(?i:'s|'t|...)?`). Such a pattern also compiles to a fast_program: the branches as
+// item lists, matched by a loop over the items that keeps one state per item instead of
+// a backtracking stack (a greedy loop backs off one unit at a time, an alternation item
+// tries its next string), in exactly the order the general engine explores them. Its
+// work is counted generously in the general engine's steps; if that count nears the
+// search's budget, search() runs the general engine instead, so the budget gives the
+// same answers as before.
+struct fast_unit {       // one step of a fixed string: a literal's bytes or one unit of a class
+  std::string bytes;     // empty: the class
+  std::uint32_t cls = 0;
+};
+enum class fast_kind : std::uint8_t { literal, loop, look, alt };
+struct fast_item {
+  fast_kind kind = fast_kind::literal;
+  repeat_mode mode = repeat_mode::greedy;  // loop: greedy or possessive
+  bool negative = false;                   // look
+  bool optional = false;                   // alt: `(...)?` (greedy: the empty string last)
+  std::uint32_t cls = 0, min = 0, max = 0; // loop (max: no_max for none), look
+  std::array<std::uint64_t, 2> ascii{};    // loop, look: the class's ASCII bitmap (read without a lookup)
+  bool ascii_only = false;                 // loop, look: the class has no member >= 128 (no decoding)
+  bool next_needs_unit = false;            // loop: the next item is a loop with min >= 1 or a literal
+  std::string bytes;                       // literal
+  std::vector<std::vector<fast_unit>> alts;  // alt: each a non-empty fixed string
+  byte_set alt_first{};                    // alt: the bytes any of them can start with
+};
+struct fast_program {
+  static constexpr std::size_t max_items = 16;
+  std::vector<std::vector<fast_item>> branches;  // at most 64
+  // Shapes with a direct path (same outcome as the item loop, fewer steps):
+  // one_loop = [loop, min <= 1]; opt_loop = [loop {0,1} greedy, loop min 1] or that and a
+  // loop min 0 (which matches whatever B leaves, so nothing is ever given back);
+  // loop_look = [loop min <= 1, look] (`\s+(?!\S)`: back off one unit at a time);
+  // literal = [literal]; opt_star_plus = [loop {0,1} greedy, loop min 0 greedy, loop min 1];
+  // the last two may end in an optional alternation of strings, which always succeeds
+  // (`...+(?i:'s|'t)?`); other.
+  enum class shape : std::uint8_t { other, one_loop, opt_loop, loop_look, literal, opt_star_plus };
+  std::vector<shape> shapes;
+  std::vector<char_class> classes;
+  std::array<std::uint64_t, 257> possible{};     // by next byte (256: end of text): branches that may match
+  std::size_t branch_cost = 8;                   // work charged per branch tried (nested alternations cost more)
+};
+
 // ---- compiler ----
 struct program {
   std::vector<inst> code;
@@ -664,6 +717,7 @@ struct program {
   std::uint32_t registers = 0;
   byte_set first{};       // bytes a match can start with
   bool nullable = false;  // can the whole pattern match empty (then every position is a start)
+  std::unique_ptr<const fast_program> fast;  // when the pattern has the fast path's shape
 };
 
 struct first_info {
@@ -887,6 +941,501 @@ class compiler {
   }
 };
 
+// The unit at pos: code point and length (pos < size).
+inline char32_t unit_at(std::string_view t, std::size_t pos, std::size_t& len) noexcept {
+  const auto b = static_cast<unsigned char>(t[pos]);
+  if (b < 0x80) { len = 1; return b; }
+  return unicode::decode(t, pos, len);
+}
+// Start of the unit that ends at pos (pos > lowest), consistent with forward decoding from
+// any boundary <= lowest: a well-formed sequence ending at pos, else the single byte before.
+inline std::size_t back_step(std::string_view t, std::size_t pos, std::size_t lowest) noexcept {
+  if (static_cast<unsigned char>(t[pos - 1]) < 0x80) return pos - 1;
+  for (std::size_t k = 4; k >= 2; --k) {
+    if (pos < lowest + k) continue;
+    std::size_t len = 0;
+    const char32_t cp = unicode::decode(t, pos - k, len);
+    if (len == k && !unicode::is_invalid_byte(cp)) return pos - k;
+  }
+  return pos - 1;
+}
+// Do the bytes at q (<= size) start with lit? (Short literals: no call to memcmp.)
+[[gnu::always_inline]] inline bool starts_with_at(std::string_view t, std::size_t q, const std::string& lit) noexcept {
+  const std::size_t m = lit.size();
+  if (t.size() - q < m) return false;
+  const char* a = t.data() + q;
+  for (std::size_t k = 0; k < m; ++k)
+    if (a[k] != lit[k]) return false;
+  return true;
+}
+// Is the unit at q (< size) in c; len = its length.
+[[gnu::always_inline]] inline bool class_at(const char_class& c, std::string_view t, std::size_t q, std::size_t& len) noexcept {
+  const auto b = static_cast<unsigned char>(t[q]);
+  if (b < 0x80) {
+    len = 1;
+    return c.ascii[b >> 6] >> (b & 63) & 1u;
+  }
+  return c.contains(unicode::decode(t, q, len));
+}
+
+// Builds the fast program of a pattern's tree; false if the pattern has another shape.
+class fast_builder {
+ public:
+  fast_builder(fast_program& f, const std::vector<char_class>& classes, compiler& cc) : f_(f), classes_(classes), cc_(cc) {}
+
+  bool build(const node& root) {
+    std::vector<const node*> branches;
+    flatten_alt(root, branches);
+    if (branches.size() > 64) return false;
+    for (std::size_t k = 0; k < branches.size(); ++k) {
+      std::vector<fast_item> items;
+      if (!add_items(*branches[k], items) || items.size() > fast_program::max_items) return false;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        fast_item& it = items[i];
+        if (it.kind == fast_kind::loop || it.kind == fast_kind::look) {
+          it.ascii = f_.classes[it.cls].ascii;
+          it.ascii_only = !f_.classes[it.cls].may_match_non_ascii();
+        }
+        if (it.kind == fast_kind::loop && i + 1 < items.size())
+          it.next_needs_unit = (items[i + 1].kind == fast_kind::loop && items[i + 1].min > 0) ||
+                               items[i + 1].kind == fast_kind::literal;
+      }
+      const first_info fi = cc_.first(*branches[k]);
+      for (unsigned b = 0; b < 256; ++b)
+        if (fi.nullable || has_byte(fi.bytes, b)) f_.possible[b] |= std::uint64_t{1} << k;
+      if (fi.nullable) f_.possible[256] |= std::uint64_t{1} << k;
+      using shape = fast_program::shape;
+      shape sh = shape::other;
+      if (items.size() == 1 && items[0].kind == fast_kind::loop && items[0].min <= 1) sh = shape::one_loop;
+      // without a trailing optional alternation: the item count of the shape
+      const std::size_t core = items.size() - (items.size() >= 3 && items.back().kind == fast_kind::alt && items.back().optional);
+      const auto is_loop = [&](std::size_t j, std::uint32_t min) { return items[j].kind == fast_kind::loop && items[j].min == min; };
+      const bool opt_first = core >= 2 && is_loop(0, 0) && items[0].max == 1 && items[0].mode == repeat_mode::greedy;
+      if (opt_first && is_loop(1, 1) && (items.size() == 2 || (core == 3 && is_loop(2, 0)))) sh = shape::opt_loop;
+      if (opt_first && core == 3 && is_loop(1, 0) && items[1].mode == repeat_mode::greedy && is_loop(2, 1))
+        sh = shape::opt_star_plus;
+      if (items.size() == 2 && items[0].kind == fast_kind::loop && items[0].min <= 1 && items[1].kind == fast_kind::look)
+        sh = shape::loop_look;
+      if (items.size() == 1 && items[0].kind == fast_kind::literal) sh = shape::literal;
+      f_.shapes.push_back(sh);
+      f_.branches.push_back(std::move(items));
+    }
+    return true;
+  }
+
+ private:
+  fast_program& f_;
+  const std::vector<char_class>& classes_;
+  compiler& cc_;
+
+  // A top-level alternation's branches, nested alternations spliced in (with nothing
+  // after the alternation, (a|b)|c tries a, b, c in that order like a|b|c).
+  void flatten_alt(const node& n, std::vector<const node*>& out, std::size_t depth = 1) {
+    if (n.kind != node_kind::alt) return out.push_back(&n);
+    f_.branch_cost = std::max(f_.branch_cost, 8 + 2 * depth);
+    for (const auto& k : n.kids) flatten_alt(*k, out, depth + 1);
+  }
+  std::uint32_t add_class(const char_class& c) {
+    f_.classes.push_back(c);
+    return static_cast<std::uint32_t>(f_.classes.size() - 1);
+  }
+  static std::string utf8(char32_t cp) {
+    std::string s;
+    unicode::append_utf8(s, cp);
+    return s;
+  }
+  // A fixed string: literals and single classes (concatenated); false otherwise or empty.
+  bool fixed_string(const node& n, std::vector<fast_unit>& out) {
+    switch (n.kind) {
+      case node_kind::literal:
+        if (!out.empty() && !out.back().bytes.empty()) out.back().bytes += utf8(n.cp);
+        else out.push_back({utf8(n.cp), 0});
+        return true;
+      case node_kind::cls: out.push_back({std::string(), add_class(classes_[n.index])}); return true;
+      case node_kind::concat:
+        for (const auto& k : n.kids)
+          if (!fixed_string(*k, out)) return false;
+        return !out.empty();
+      default: return false;
+    }
+  }
+  bool add_items(const node& n, std::vector<fast_item>& items) {
+    fast_item it;
+    switch (n.kind) {
+      case node_kind::empty: return true;
+      case node_kind::concat:
+        for (const auto& k : n.kids)
+          if (!add_items(*k, items)) return false;
+        return true;
+      case node_kind::literal:
+        if (!items.empty() && items.back().kind == fast_kind::literal) {
+          items.back().bytes += utf8(n.cp);
+          return true;
+        }
+        it.kind = fast_kind::literal;
+        it.bytes = utf8(n.cp);
+        break;
+      case node_kind::cls:
+        it.kind = fast_kind::loop;
+        it.cls = add_class(classes_[n.index]);
+        it.min = it.max = 1;
+        break;
+      case node_kind::look: {
+        const node& body = *n.kids[0];
+        if (body.kind != node_kind::cls) return false;
+        it.kind = fast_kind::look;
+        it.negative = n.negative;
+        it.cls = add_class(classes_[body.index]);
+        break;
+      }
+      case node_kind::repeat: {
+        const node& body = *n.kids[0];
+        if (body.kind == node_kind::cls || body.kind == node_kind::literal) {
+          if (n.mode == repeat_mode::lazy) return false;
+          it.kind = fast_kind::loop;
+          it.mode = n.mode;
+          it.min = n.min;
+          it.max = n.max;
+          if (body.kind == node_kind::cls) {
+            it.cls = add_class(classes_[body.index]);
+          } else {  // as the compiler's single_unit: a one-member class
+            char_class c;
+            c.ranges.emplace_back(body.cp, body.cp);
+            c.finish();
+            it.cls = add_class(c);
+          }
+          break;
+        }
+        // (fixed|fixed|...)? : greedy, tried before the empty string
+        if (n.mode != repeat_mode::greedy || n.min != 0 || n.max != 1) return false;
+        [[fallthrough]];
+      }
+      case node_kind::alt: {
+        const node& body = n.kind == node_kind::repeat ? *n.kids[0] : n;
+        it.kind = fast_kind::alt;
+        it.optional = n.kind == node_kind::repeat;
+        if (body.kind == node_kind::alt) {
+          for (const auto& k : body.kids) {
+            it.alts.emplace_back();
+            if (!fixed_string(*k, it.alts.back())) return false;
+          }
+        } else {
+          it.alts.emplace_back();
+          if (!fixed_string(body, it.alts.back())) return false;
+        }
+        for (const auto& a : it.alts) {
+          const fast_unit& u = a[0];
+          if (!u.bytes.empty()) set_byte(it.alt_first, static_cast<unsigned char>(u.bytes[0]));
+          else add_set(it.alt_first, first_bytes(f_.classes[u.cls]));
+        }
+        break;
+      }
+      default: return false;
+    }
+    items.push_back(std::move(it));
+    return true;
+  }
+};
+
+enum class fast_result : std::uint8_t { no_match, match, give_up };
+
+// The first alternative of an alt item, from `first` on, that matches at pos; its end in e.
+inline std::size_t fast_alt(const fast_program& fp, const fast_item& it, std::string_view t, std::size_t pos,
+                            std::size_t first, std::size_t& e, std::size_t& work) noexcept {
+  if (pos >= t.size() || !has_byte(it.alt_first, static_cast<unsigned char>(t[pos]))) return it.alts.size();
+  for (std::size_t j = first; j < it.alts.size(); ++j) {
+    std::size_t q = pos;
+    bool ok = true;
+    for (const fast_unit& u : it.alts[j]) {
+      work += 2;
+      if (!u.bytes.empty()) {
+        if (!starts_with_at(t, q, u.bytes)) { ok = false; break; }
+        q += u.bytes.size();
+      } else {
+        std::size_t len = 0;
+        if (q >= t.size() || !class_at(fp.classes[u.cls], t, q, len)) { ok = false; break; }
+        q += len;
+      }
+    }
+    work += 4;
+    if (ok) { e = q; return j; }
+  }
+  return it.alts.size();
+}
+
+// The end of a loop item's longest run from pos (at most max units).
+[[gnu::always_inline]] inline std::size_t run_loop(const fast_program& fp, const fast_item& it, std::string_view t,
+                                                   std::size_t pos) noexcept {
+  const std::uint64_t lo = it.ascii[0], hi = it.ascii[1];
+  const std::size_t n = t.size();
+  std::size_t q = pos;
+  if (it.max == no_max) {  // the common case: no count to keep
+    while (q < n) {
+      const auto b = static_cast<unsigned char>(t[q]);
+      if (b < 0x80) {
+        if (!((b < 64 ? lo : hi) >> (b & 63) & 1u)) break;
+        ++q;
+      } else {
+        if (it.ascii_only) break;
+        std::size_t len = 0;
+        if (!fp.classes[it.cls].contains(unicode::decode(t, q, len))) break;
+        q += len;
+      }
+    }
+    return q;
+  }
+  for (std::size_t count = 0; count < it.max && q < n; ++count) {
+    const auto b = static_cast<unsigned char>(t[q]);
+    if (b < 0x80) {
+      if (!((b < 64 ? lo : hi) >> (b & 63) & 1u)) break;
+      ++q;
+    } else {
+      if (it.ascii_only) break;
+      std::size_t len = 0;
+      if (!fp.classes[it.cls].contains(unicode::decode(t, q, len))) break;
+      q += len;
+    }
+  }
+  return q;
+}
+
+// Can a loop with min >= 1 or a literal start at q (< size)?
+[[gnu::always_inline]] inline bool can_start(const fast_program& fp, const fast_item& it, std::string_view t, std::size_t q) noexcept {
+  const auto b = static_cast<unsigned char>(t[q]);
+  if (it.kind == fast_kind::literal) return b == static_cast<unsigned char>(it.bytes[0]);
+  if (b < 0x80) return it.ascii[b >> 6] >> (b & 63) & 1u;
+  std::size_t len = 0;
+  return !it.ascii_only && fp.classes[it.cls].contains(unicode::decode(t, q, len));
+}
+
+// One branch at start: the general engine's depth-first order over the items' choices.
+// `work` grows by at least the general engine's steps for the same exploration.
+[[gnu::always_inline]] inline fast_result fast_branch(const fast_program& fp, const std::vector<fast_item>& items, std::string_view t,
+                               std::size_t start, std::size_t& end, std::size_t& work, std::size_t limit) noexcept {
+  struct state {
+    std::size_t cur, low;  // loop: current end, lowest end; alt: start (cur) and chosen alternative (low)
+    bool more;             // can give something back
+  };
+  std::array<state, fast_program::max_items> st;
+  const std::size_t k = items.size(), n = t.size();
+  std::size_t i = 0, pos = start;
+  for (;;) {
+    if (i == k) { end = pos; return fast_result::match; }
+    if (work > limit) return fast_result::give_up;
+    const fast_item& it = items[i];
+    bool ok = true;
+    work += 8;
+    switch (it.kind) {
+      case fast_kind::literal:
+        if (!starts_with_at(t, pos, it.bytes)) ok = false;
+        else pos += it.bytes.size(), st[i].more = false;
+        break;
+      case fast_kind::loop: {
+        std::size_t q = run_loop(fp, it, t, pos);
+        work += (q - pos) / 8;  // >= the units counted / 8
+        // low: the end of the first min units (the loop took at least min units iff it exists)
+        std::size_t low = pos;
+        std::uint32_t m = 0;
+        for (; m < it.min && low < q; ++m) {
+          std::size_t len = 0;
+          unit_at(t, low, len);
+          low += len;
+        }
+        if (m < it.min) { ok = false; break; }
+        const bool more = it.mode == repeat_mode::greedy && q > low;
+        if (it.next_needs_unit && (q >= n || !can_start(fp, items[i + 1], t, q))) {
+          // The next item fails at q: give back units (as backtracking would) until it can start.
+          bool found = false;
+          while (more && q > low) {
+            q = back_step(t, q, low);
+            work += 8;
+            if (can_start(fp, items[i + 1], t, q)) { found = true; break; }
+          }
+          if (!found) { ok = false; break; }
+        }
+        st[i].more = more && q > low;
+        st[i].cur = q;
+        st[i].low = low;
+        pos = q;
+        break;
+      }
+      case fast_kind::look: {
+        const bool m = pos < n && can_start(fp, it, t, pos);
+        if (m == it.negative) ok = false;
+        else st[i].more = false;
+        break;
+      }
+      case fast_kind::alt: {
+        std::size_t e = pos;
+        const std::size_t j = fast_alt(fp, it, t, pos, 0, e, work);
+        st[i].cur = pos;
+        if (j < it.alts.size()) {
+          st[i].low = j;
+          st[i].more = true;
+          pos = e;
+        } else if (it.optional) {
+          st[i].low = j;
+          st[i].more = false;
+        } else {
+          ok = false;
+        }
+        break;
+      }
+    }
+    if (ok) { ++i; continue; }
+    // back to the latest item with a choice left
+    for (;;) {
+      if (i == 0) return fast_result::no_match;
+      --i;
+      work += 8;
+      state& s = st[i];
+      if (!s.more) continue;
+      const fast_item& bt = items[i];
+      if (bt.kind == fast_kind::loop) {
+        // Give back one unit; while the next item would fail at once there (it needs a
+        // unit that is not there), give back another: the same outcome, without retrying.
+        for (;;) {
+          s.cur = back_step(t, s.cur, s.low);
+          if (s.cur <= s.low || !bt.next_needs_unit || can_start(fp, items[i + 1], t, s.cur)) break;
+          work += 8;
+        }
+        s.more = s.cur > s.low;
+        pos = s.cur;
+        ++i;
+        break;
+      }
+      std::size_t e = s.cur;  // alt: the next alternative, then the empty string if optional
+      const std::size_t j = fast_alt(fp, bt, t, s.cur, s.low + 1, e, work);
+      if (j < bt.alts.size()) {
+        s.low = j;
+        pos = e;
+        ++i;
+        break;
+      }
+      s.more = false;
+      if (bt.optional) {
+        s.low = j;
+        pos = s.cur;
+        ++i;
+        break;
+      }
+    }
+  }
+}
+
+// The search loop over start positions; give_up when the work nears `budget`.
+inline fast_result fast_search(const fast_program& fp, std::string_view t, std::size_t from, std::size_t budget,
+                               std::size_t& begin, std::size_t& end) noexcept {
+  const std::size_t n = t.size(), limit = budget / 2;
+  std::size_t work = 0;
+  for (std::size_t pos = from;;) {
+    const bool at_end = pos >= n;
+    const auto b = at_end ? 256u : static_cast<unsigned char>(t[pos]);
+    std::uint64_t possible = fp.possible[b];
+    if (possible) work += fp.branch_cost;
+    while (possible) {
+      const unsigned k = static_cast<unsigned>(std::countr_zero(possible));
+      possible &= possible - 1;
+      const std::vector<fast_item>& items = fp.branches[k];
+      fast_result r;
+      if (fp.shapes[k] == fast_program::shape::literal) {
+        work += 16;
+        r = starts_with_at(t, pos, items[0].bytes) ? (end = pos + items[0].bytes.size(), fast_result::match)
+                                                   : fast_result::no_match;
+      } else if (fp.shapes[k] == fast_program::shape::one_loop) {
+        // A run of at least min (0 or 1) units is the match: nothing follows to back off for.
+        const std::size_t q = run_loop(fp, items[0], t, pos);
+        work += 16 + (q - pos) / 8;
+        r = q > pos || items[0].min == 0 ? (end = q, fast_result::match) : fast_result::no_match;
+      } else if (fp.shapes[k] == fast_program::shape::opt_loop) {
+        // A?B+: A takes the unit at pos if it can and B can go on after it; else B from pos.
+        const fast_item& a = items[0];
+        const fast_item& bl = items[1];
+        std::size_t len = 0;
+        std::size_t s = pos;
+        work += 40;
+        if (!at_end && can_start(fp, a, t, pos)) {
+          unit_at(t, pos, len);
+          if (pos + len < n && can_start(fp, bl, t, pos + len)) s = pos + len;
+        }
+        if (s == pos && (at_end || !can_start(fp, bl, t, pos))) {
+          r = fast_result::no_match;
+        } else {
+          end = run_loop(fp, bl, t, s);
+          work += (end - s) / 8;
+          if (items.size() >= 3) {
+            const std::size_t c = end;
+            end = run_loop(fp, items[2], t, c);
+            work += 16 + (end - c) / 8;
+          }
+          if (items.size() == 4) {  // the optional alternation: its first string that matches, else none
+            std::size_t e = end;
+            if (fast_alt(fp, items[3], t, end, 0, e, work) < items[3].alts.size()) end = e;
+          }
+          r = fast_result::match;
+        }
+      } else if (fp.shapes[k] == fast_program::shape::opt_star_plus) {
+        // A?B*C+: A takes the unit at pos if it can, then not; after each, B gives back units
+        // from its longest run until C can start (C then takes at least one unit and wins).
+        const fast_item& a = items[0];
+        const fast_item& bl = items[1];
+        const fast_item& c = items[2];
+        std::size_t starts[2], count = 0, len = 0;
+        if (!at_end && can_start(fp, a, t, pos)) unit_at(t, pos, len), starts[count++] = pos + len;
+        starts[count++] = pos;
+        work += 48;
+        r = fast_result::no_match;
+        for (std::size_t j = 0; j < count && r == fast_result::no_match; ++j) {
+          const std::size_t s0 = starts[j];
+          std::size_t q = run_loop(fp, bl, t, s0);
+          work += 16 + (q - s0) / 8;
+          for (;;) {
+            if (q < n && can_start(fp, c, t, q)) {
+              end = run_loop(fp, c, t, q);
+              work += 16 + (end - q) / 8;
+              if (items.size() == 4) {
+                std::size_t e = end;
+                if (fast_alt(fp, items[3], t, end, 0, e, work) < items[3].alts.size()) end = e;
+              }
+              r = fast_result::match;
+              break;
+            }
+            if (q <= s0) break;
+            q = back_step(t, q, s0);
+            work += 16;
+            if (work > limit) return fast_result::give_up;
+          }
+        }
+      } else if (fp.shapes[k] == fast_program::shape::loop_look) {
+        const fast_item& l = items[0];
+        const fast_item& look = items[1];
+        std::size_t q = run_loop(fp, l, t, pos);
+        work += 16 + (q - pos) / 8;
+        std::size_t low = pos, len = 0;
+        if (l.min == 1 && q > pos) unit_at(t, pos, len), low = pos + len;
+        r = fast_result::no_match;
+        if (l.min == 0 || q > pos) {  // at least min units
+          for (;;) {
+            work += 16;
+            if ((q < n && can_start(fp, look, t, q)) != look.negative) { end = q; r = fast_result::match; break; }
+            if (l.mode != repeat_mode::greedy || q <= low || work > limit) break;
+            q = back_step(t, q, low);
+          }
+        }
+        if (r != fast_result::match && work > limit) return fast_result::give_up;
+      } else {
+        r = fast_branch(fp, items, t, pos, end, work, limit);
+      }
+      if (r == fast_result::match) { begin = pos; return r; }
+      if (r == fast_result::give_up) return r;
+      work += fp.branch_cost;
+    }
+    if (at_end) return fast_result::no_match;
+    pos += b < 0x80 ? 1 : [&] { std::size_t len = 1; unicode::decode(t, pos, len); return len; }();
+    if (work > limit) return fast_result::give_up;
+  }
+}
+
 // ---- matcher ----
 enum class frame_kind : std::uint8_t { resume, greedy, lazy, alt, restore };
 struct frame {
@@ -940,6 +1489,8 @@ class regex {
     p->nullable = f.nullable;
     if (auto s = cc.emit(**tree); !s.ok()) return s.with_context(cat("pattern '", pattern.substr(0, 200), "'"));
     p->code.push_back({op::match});
+    if (auto fast = std::make_unique<fast_program>(); fast_builder(*fast, ps.classes, cc).build(**tree))
+      p->fast = std::move(fast);
     p->classes = std::move(ps.classes);
     for (auto& c : cc.extra_) p->classes.push_back(std::move(c));
     r.prog_ = std::move(p);
@@ -951,6 +1502,12 @@ class regex {
     if (!prog_ || from > text.size()) return false;
     const regex_detail::program& p = *prog_;
     std::size_t budget = (std::size_t{1} << 27) + 4096 * (text.size() - from);
+    if (p.fast) {
+      std::size_t b = 0, e = 0;
+      const auto r = regex_detail::fast_search(*p.fast, text, from, budget, b, e);
+      if (r == regex_detail::fast_result::match) { begin = b; end = e; return true; }
+      if (r == regex_detail::fast_result::no_match) return false;  // give_up: the general engine decides
+    }
     std::vector<std::size_t> regs(p.registers, SIZE_MAX);
     for (std::size_t pos = from;;) {
       if (pos < text.size()) {
@@ -976,23 +1533,11 @@ class regex {
   std::string pattern_;
   std::shared_ptr<const regex_detail::program> prog_;  // immutable, shared by copies
 
-  // The unit at pos: code point and length (pos < size).
   static char32_t unit(std::string_view t, std::size_t pos, std::size_t& len) noexcept {
-    const auto b = static_cast<unsigned char>(t[pos]);
-    if (b < 0x80) { len = 1; return b; }
-    return unicode::decode(t, pos, len);
+    return regex_detail::unit_at(t, pos, len);
   }
-  // Start of the unit that ends at pos (pos > lowest), consistent with forward decoding from
-  // any boundary <= lowest: a well-formed sequence ending at pos, else the single byte before.
   static std::size_t back_step(std::string_view t, std::size_t pos, std::size_t lowest) noexcept {
-    if (static_cast<unsigned char>(t[pos - 1]) < 0x80) return pos - 1;
-    for (std::size_t k = 4; k >= 2; --k) {
-      if (pos < lowest + k) continue;
-      std::size_t len = 0;
-      const char32_t cp = unicode::decode(t, pos - k, len);
-      if (len == k && !unicode::is_invalid_byte(cp)) return pos - k;
-    }
-    return pos - 1;
+    return regex_detail::back_step(t, pos, lowest);
   }
   static bool is_word_at(std::string_view t, std::size_t pos) noexcept {
     std::size_t len = 0;

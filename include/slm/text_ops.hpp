@@ -118,9 +118,15 @@ inline void char_matches(std::string_view s, Pred&& pred, Fn&& fn) {
 // for every non-empty resulting piece.
 template <class Source, class Out>
 inline void split_pieces(std::string_view s, split_behavior behavior, bool invert, Source&& source, Out&& out) {
-  if (behavior == split_behavior::isolated) {  // the common case, without a buffer
+  if (behavior == split_behavior::isolated) {  // the common cases, without a buffer
     source([&](std::size_t b, std::size_t e, bool) {
       if (e > b) out(s.substr(b, e - b));
+    });
+    return;
+  }
+  if (behavior == split_behavior::removed) {
+    source([&](std::size_t b, std::size_t e, bool m) {
+      if (m == invert && e > b) out(s.substr(b, e - b));
     });
     return;
   }

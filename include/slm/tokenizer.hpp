@@ -75,46 +75,61 @@ struct encode_scratch {
 
   struct piece_cache {
     static constexpr std::size_t max_piece = 24, slots = std::size_t{1} << 15;
+    // A piece of up to 24 bytes, zero-padded into three words: hashed and compared
+    // without a loop over bytes or a call to memcmp.
+    struct key {
+      std::uint64_t w[3] = {0, 0, 0};
+      std::uint8_t len = 0;
+    };
     struct slot {
-      std::uint64_t hash = 0;
-      std::uint32_t text_at = 0, ids_at = 0;
-      std::uint8_t text_len = 0, ids_len = 0;  // text_len 0: empty slot
+      std::uint64_t w[3] = {0, 0, 0};
+      std::uint32_t ids_at = 0;
+      std::uint8_t len = 0, ids_len = 0;  // len 0: an empty slot
     };
     std::vector<slot> table;
-    std::string texts;
     std::vector<std::int32_t> ids;
     std::size_t used = 0;
     std::uint64_t owner = 0;  // the tokenizer's fingerprint (a hash of its tokenizer.json)
 
-    static std::uint64_t hash_of(std::string_view s) noexcept {  // FNV-1a, then a finalizer
+    static std::uint64_t fnv1a(std::string_view s) noexcept {
       std::uint64_t h = 0xcbf29ce484222325ull;
       for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
       return h ^ (h >> 29);
     }
+    static key make_key(std::string_view piece) noexcept {  // piece.size() <= max_piece
+      key k;
+      std::memcpy(k.w, piece.data(), piece.size());
+      k.len = static_cast<std::uint8_t>(piece.size());
+      return k;
+    }
+    static std::size_t home(const key& k) noexcept {
+      std::uint64_t h = (k.w[0] ^ (std::uint64_t{k.len} << 56)) * 0x9E3779B97F4A7C15ull;
+      h = (h ^ (h >> 29) ^ k.w[1]) * 0xBF58476D1CE4E5B9ull;
+      h = (h ^ (h >> 31) ^ k.w[2]) * 0x94D049BB133111EBull;
+      return static_cast<std::size_t>(h >> 40) & (slots - 1);
+    }
     void reset(std::uint64_t who) {
       table.assign(slots, slot{});
-      texts.clear();
       ids.clear();
       used = 0;
       owner = who;
     }
-    // The cached ids of piece, or an empty span (not cached).
-    std::span<const std::int32_t> find(std::string_view piece, std::uint64_t h) const noexcept {
-      for (std::size_t i = h & (slots - 1);; i = (i + 1) & (slots - 1)) {
+    // The cached ids of the piece, or an empty span (not cached).
+    std::span<const std::int32_t> find(const key& k) const noexcept {
+      for (std::size_t i = home(k);; i = (i + 1) & (slots - 1)) {
         const slot& e = table[i];
-        if (e.text_len == 0) return {};
-        if (e.hash == h && e.text_len == piece.size() && std::memcmp(texts.data() + e.text_at, piece.data(), piece.size()) == 0)
+        if (e.len == 0) return {};
+        if (e.len == k.len && e.w[0] == k.w[0] && e.w[1] == k.w[1] && e.w[2] == k.w[2])
           return {ids.data() + e.ids_at, e.ids_len};
       }
     }
-    void insert(std::string_view piece, std::uint64_t h, std::span<const std::int32_t> out) {
+    void insert(const key& k, std::span<const std::int32_t> out) {
       if (out.empty() || out.size() > 255) return;
       if (used * 2 >= slots) reset(owner);  // full enough: start over (keeps probes short)
-      std::size_t i = h & (slots - 1);
-      while (table[i].text_len != 0) i = (i + 1) & (slots - 1);
-      table[i] = {h, static_cast<std::uint32_t>(texts.size()), static_cast<std::uint32_t>(ids.size()),
-                  static_cast<std::uint8_t>(piece.size()), static_cast<std::uint8_t>(out.size())};
-      texts.append(piece);
+      std::size_t i = home(k);
+      while (table[i].len != 0) i = (i + 1) & (slots - 1);
+      table[i] = {{k.w[0], k.w[1], k.w[2]}, static_cast<std::uint32_t>(ids.size()), k.len,
+                  static_cast<std::uint8_t>(out.size())};
       ids.insert(ids.end(), out.begin(), out.end());
       ++used;
     }
@@ -177,7 +192,7 @@ class tokenizer {
     if (!doc.ok()) return std::move(doc).take_error().with_context("tokenizer.json");
     tokenizer t;
     SLM_TRY(t.build(*doc));
-    t.fingerprint_ = encode_scratch::piece_cache::hash_of(json_text) | 1;  // never 0 (an unused cache)
+    t.fingerprint_ = encode_scratch::piece_cache::fnv1a(json_text) | 1;  // never 0 (an unused cache)
     return t;
   }
 
@@ -811,6 +826,7 @@ class tokenizer {
         return;
       case pre_step::digits: {
         auto numeric = [](char32_t c) {
+          if (c < 0x80) return c >= U'0' && c <= U'9';
           const auto k = unicode::general_category(c);
           return k == unicode::category::Nd || k == unicode::category::Nl || k == unicode::category::No;
         };
@@ -853,15 +869,20 @@ class tokenizer {
   // ---- The model ----
   void model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
     if (piece.empty()) return;
-    const bool cacheable = piece.size() <= encode_scratch::piece_cache::max_piece;
-    std::uint64_t h = 0;
+    using cache_t = encode_scratch::piece_cache;
+    const bool cacheable = piece.size() <= cache_t::max_piece;
+    cache_t::key k;
     if (cacheable) {
-      h = encode_scratch::piece_cache::hash_of(piece);
-      if (auto hit = s.cache.find(piece, h); !hit.empty()) return out.insert(out.end(), hit.begin(), hit.end()), void();
+      k = cache_t::make_key(piece);
+      if (auto hit = s.cache.find(k); !hit.empty()) {
+        if (hit.size() == 1) out.push_back(hit[0]);
+        else out.insert(out.end(), hit.begin(), hit.end());
+        return;
+      }
     }
     const std::size_t first = out.size();
     model_encode_uncached(piece, out, s);
-    if (cacheable) s.cache.insert(piece, h, std::span(out).subspan(first));
+    if (cacheable) s.cache.insert(k, std::span(out).subspan(first));
   }
 
   void model_encode_uncached(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {

@@ -257,12 +257,19 @@ inline std::string normalize(std::string_view s, bool compat, bool compose) {
   std::vector<char32_t> buf, dec;
   for (std::size_t i = 0; i < s.size();) {
     const auto b = static_cast<unsigned char>(s[i]);
-    // ASCII followed by ASCII (or the end) is final: nothing composes with it.
-    if (b < 0x80 && (i + 1 == s.size() || static_cast<unsigned char>(s[i + 1]) < 0x80)) {
-      if (!buf.empty()) flush_segment(buf, compose, out);
-      out.push_back(static_cast<char>(b));
-      ++i;
-      continue;
+    // ASCII followed by ASCII (or the end) is final: nothing composes with it. A run of it
+    // is copied at once, but for its last byte when a non-ASCII character follows (a
+    // combining mark may compose with it).
+    if (b < 0x80) {
+      std::size_t j = i + 1;
+      while (j < s.size() && static_cast<unsigned char>(s[j]) < 0x80) ++j;
+      const std::size_t end = j < s.size() ? j - 1 : j;
+      if (end > i) {
+        if (!buf.empty()) flush_segment(buf, compose, out);
+        out.append(s.data() + i, end - i);
+        i = end;
+        continue;
+      }
     }
     std::size_t len = 0;
     const char32_t cp = decode(s, i, len);
