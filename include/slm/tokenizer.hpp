@@ -330,7 +330,7 @@ class tokenizer {
     bool left = false, right = false;
   };
   struct pre_step {
-    enum kind_t : std::uint8_t { split, digits, byte_level, whitespace_split, metaspace } kind;
+    enum kind_t : std::uint8_t { split, digits, bytes, whitespace_split, metaspace } kind;
     std::shared_ptr<const regex> re;  // split (regex) / byte_level with use_regex
     std::string literal;              // split with a string pattern; metaspace: replacement
     text::split_behavior behavior = text::split_behavior::isolated;
@@ -339,7 +339,7 @@ class tokenizer {
     bool split_on_replacement = true;
   };
   struct decode_step {
-    enum kind_t : std::uint8_t { byte_level, metaspace, replace, byte_fallback, fuse, strip, bpe_suffix } kind;
+    enum kind_t : std::uint8_t { bytes, metaspace, replace, byte_fallback, fuse, strip, bpe_suffix } kind;
     std::string a, b;  // replace: pattern / content; metaspace: replacement; strip: content; bpe_suffix
     std::shared_ptr<const regex> re;
     std::size_t start = 0, stop = 0;
@@ -414,7 +414,7 @@ class tokenizer {
       for (const json::value& p : list.items()) SLM_TRY(parse_pre_tokenizer(p));
       return {};
     }
-    if (!pre_.empty() && pre_.back().kind == pre_step::byte_level)
+    if (!pre_.empty() && pre_.back().kind == pre_step::bytes)
       return make_error(errc::unsupported, "a pre-tokenizer (", type, ") after ByteLevel");
     pre_step s{};
     if (type == "Split") {
@@ -427,7 +427,7 @@ class tokenizer {
       s.behavior = *b;
       s.invert = v.get_bool("invert", false);
     } else if (type == "ByteLevel") {
-      s.kind = pre_step::byte_level;
+      s.kind = pre_step::bytes;
       s.add_prefix_space = v.get_bool("add_prefix_space", false);
       if (v.get_bool("use_regex", true)) {
         auto re = regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
@@ -505,11 +505,11 @@ class tokenizer {
       const json::value& list = v["decoders"];
       if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"decoders\"");
       for (const json::value& d : list.items()) SLM_TRY(parse_decoder(d));
-      bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::byte_level;
+      bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
       return {};
     }
     decode_step s{};
-    if (type == "ByteLevel") s.kind = decode_step::byte_level;
+    if (type == "ByteLevel") s.kind = decode_step::bytes;
     else if (type == "Metaspace") {
       s.kind = decode_step::metaspace;
       s.a = std::string(v.get_string("replacement", "\xE2\x96\x81"));
@@ -536,7 +536,7 @@ class tokenizer {
     }
     decoder_names_ += cat(decoder_names_.empty() ? "" : "+", type);
     decoders_.push_back(std::move(s));
-    bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::byte_level;
+    bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
     return {};
   }
 
@@ -838,7 +838,7 @@ class tokenizer {
         text::split_pieces(piece, text::split_behavior::removed, false,
                      [&](auto&& f) { text::char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
         return;
-      case pre_step::byte_level: {
+      case pre_step::bytes: {
         std::string prefixed;
         std::string_view s = piece;
         if (p.add_prefix_space && (s.empty() || s[0] != ' ')) {
@@ -958,7 +958,7 @@ class tokenizer {
   // ---- Decoders (HF's decode_chain, on the list of token texts) ----
   void run_decoder(const decode_step& d, std::vector<std::string>& toks) const {
     switch (d.kind) {
-      case decode_step::byte_level:
+      case decode_step::bytes:
         for (std::string& t : toks)
           if (auto b = text::bytes_of(t)) t = std::move(*b);
         return;
