@@ -7,6 +7,8 @@
 //           [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stream] [--stop STR]...
 //           [--kv ...] [--mla ...] [--act ...] [--threads N] [--speculative none|mtp] [--draft K]
 //   slm tokenize --model DIR (--text TEXT | --file PATH)      slm detokenize --model DIR --ids ID ...
+//   slm perplexity --model DIR (--file PATH ... | --text TEXT) [--ctx N] [--stride S] [--max-tokens N]
+//                  [--verbose] [--json FILE] [--kv ...] [--mla ...] [--act ...] [--threads N]
 //   slm bench --kernels [--quick] [--threads N]  |  slm bench --model DIR [--prompt-tokens N] [--gen-tokens N]
 //   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
@@ -18,6 +20,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <cstdio>
@@ -697,6 +700,203 @@ int cmd_detokenize(const args& a) {
   return 0;
 }
 
+// slm perplexity: how well a model predicts text, as llama.cpp's llama-perplexity and
+// HF's perplexity guide measure it. Each document (a --file, every regular file under a
+// directory given as --file, sorted by path, or --text) is encoded with the model's
+// tokenizer (the post-processor's BOS, if any, and BOS prepended if the tokenizer has one
+// and the encoding does not start with it; special tokens written in the text are plain
+// text). Every token after the first is predicted once: a document longer than --ctx is
+// scored in windows of ctx tokens starting every --stride tokens, each a fresh session
+// run as one batched prefill, counting only the targets no earlier window counted, so
+// each has at least ctx - stride tokens of context where the document has them (with
+// stride == ctx, windows overlap by the one token the next target needs). Per target:
+// NLL = logsumexp(logits[0, V)) - logits[target] in double, V the tokenizer's vocabulary
+// when smaller than the model's rows (padding rows excluded); top-1 when the first argmax
+// over [0, V) is the target. bits/byte = sum NLL / ln 2 / UTF-8 bytes of the documents
+// scored: comparable across tokenizers. --max-tokens stops at a document boundary: once
+// that many targets are scored, the remaining documents are skipped (neither their tokens
+// nor their bytes count).
+struct perplexity_tally {
+  std::string name;
+  std::size_t tokens = 0, top1 = 0;
+  std::uint64_t bytes = 0;
+  double nll = 0;  // nats, summed over the predicted tokens
+
+  void add(const perplexity_tally& o) { tokens += o.tokens, top1 += o.top1, bytes += o.bytes, nll += o.nll; }
+  double nll_per_token() const { return tokens ? nll / static_cast<double>(tokens) : 0.0; }
+  double bits_per_byte() const { return bytes ? nll / std::log(2.0) / static_cast<double>(bytes) : 0.0; }
+  double top1_percent() const { return tokens ? 100.0 * static_cast<double>(top1) / static_cast<double>(tokens) : 0.0; }
+  std::string line() const {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%", tokens,
+                  static_cast<unsigned long long>(bytes), nll_per_token(), std::exp(nll_per_token()), bits_per_byte(),
+                  top1_percent());
+    return buf;
+  }
+  slm::json::value to_json() const {
+    slm::json::value v = slm::json::value::make_object();
+    if (!name.empty()) v.set("name", slm::json::value(name));
+    v.set("tokens", slm::json::value(tokens));
+    v.set("bytes", slm::json::value(bytes));
+    v.set("nll_sum", slm::json::value(nll));
+    v.set("nll_per_token", slm::json::value(nll_per_token()));
+    v.set("ppl", slm::json::value(std::exp(nll_per_token())));
+    v.set("bits_per_byte", slm::json::value(bits_per_byte()));
+    v.set("top1_correct", slm::json::value(top1));
+    v.set("top1", slm::json::value(tokens ? static_cast<double>(top1) / static_cast<double>(tokens) : 0.0));
+    return v;
+  }
+};
+
+// The documents of --file (repeatable; a directory stands for every regular file under
+// it, sorted by path) or --text, read whole. An unreadable or empty one is an error.
+slm::result<std::vector<std::pair<std::string, std::string>>> read_documents(const args& a) {
+  std::vector<std::pair<std::string, std::string>> docs;  // (name, text)
+  if (a.has("text")) {
+    docs.emplace_back("--text", std::string(a.get("text")));
+    if (docs.back().second.empty()) return slm::make_error(slm::errc::invalid_argument, "--text: empty document");
+    return docs;
+  }
+  for (const std::string& arg : a.all("file")) {
+    const std::filesystem::path p{arg};
+    std::error_code ec;
+    std::vector<std::filesystem::path> files;
+    if (std::filesystem::is_directory(p, ec)) {
+      std::filesystem::recursive_directory_iterator it(p, ec), end;
+      if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
+      for (; it != end; it.increment(ec)) {
+        if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
+        std::error_code fec;
+        if (it->is_regular_file(fec)) files.push_back(it->path());
+      }
+      if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
+      if (files.empty()) return slm::make_error(slm::errc::invalid_argument, arg, ": no files in the directory");
+      std::sort(files.begin(), files.end());
+    } else {
+      files.push_back(p);
+    }
+    for (const auto& f : files) {
+      auto text = slm::read_text_file(f, std::size_t{1} << 30);
+      if (!text.ok()) return std::move(text).error();
+      if (text->empty()) return slm::make_error(slm::errc::invalid_argument, f.string(), ": empty document");
+      docs.emplace_back(f.string(), std::move(*text));
+    }
+  }
+  return docs;
+}
+
+int cmd_perplexity(const args& a) {
+  const std::string_view model = a.get("model");
+  if (model.empty() || a.has("text") == a.has("file"))
+    return usage_error("perplexity needs --model DIR and one of --file PATH (repeatable) or --text TEXT");
+  auto ctx_arg = parse_count(a, "ctx", 512);
+  if (!ctx_arg.ok()) return usage_error(ctx_arg.error().message());
+  if (*ctx_arg < 2) return usage_error(slm::cat("--ctx must be at least 2 (a token and its successor), got ", *ctx_arg));
+  auto stride_arg = parse_count(a, "stride", 0);  // 0: ctx / 2, once ctx is known
+  if (!stride_arg.ok()) return usage_error(stride_arg.error().message());
+  if (*stride_arg > *ctx_arg) return usage_error(slm::cat("--stride ", *stride_arg, " exceeds --ctx ", *ctx_arg));
+  auto budget = parse_count(a, "max-tokens", std::numeric_limits<std::size_t>::max());
+  if (!budget.ok()) return usage_error(budget.error().message());
+  auto opt = parse_run_options(a);
+  if (!opt.ok()) return usage_error(opt.error().message());
+  auto pool = make_pool(a);
+  if (!pool.ok()) return usage_error(pool.error().message());
+  const std::string_view json_path = a.get("json");
+  if (a.has("json") && json_path.empty()) return usage_error("--json needs a file name");
+
+  const std::filesystem::path dir{std::string(model)};
+  auto tok = load_tokenizer(dir);
+  if (!tok.ok()) return fail(tok.error());
+  if (!*tok) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (perplexity needs text)"));
+  const slm::tokenizer& t = **tok;
+  auto docs = read_documents(a);
+  if (!docs.ok()) return fail(docs.error());
+
+  return with_model(model, [&](const auto& m) -> int {
+    const std::size_t rows_per_token = m.vocab(), V = std::min(t.vocab_size(), rows_per_token);
+    const std::size_t model_ctx = m.new_session(opt->session).max_tokens();
+    const std::size_t ctx = std::min(*ctx_arg, model_ctx), stride = *stride_arg ? *stride_arg : ctx / 2;
+    if (ctx < 2) return fail(slm::make_error(slm::errc::invalid_argument, "the model's context of ", model_ctx, " tokens is under 2"));
+    if (stride > ctx)
+      return usage_error(slm::cat("--stride ", stride, " exceeds the context of ", ctx, " tokens (the model's limit)"));
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = opt->act;
+    slm::encode_options eo;
+    eo.add_special_tokens = true;
+    eo.parse_special = false;  // the text is data
+    const std::int32_t bos = t.specials().bos;
+    std::vector<float> logits;  // [rows, rows_per_token] of one window
+    perplexity_tally total;
+    std::vector<perplexity_tally> per_doc;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const auto& [name, text] : *docs) {
+      if (total.tokens >= *budget) break;  // --max-tokens: whole documents only
+      auto enc = t.encode(text, eo);
+      if (!enc.ok()) return fail(std::move(enc).take_error().with_context(name));
+      std::vector<std::int32_t>& ids = *enc;
+      if (bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+      for (std::size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= rows_per_token)
+          return fail(slm::make_error(slm::errc::out_of_range, name, ": token id ", ids[i], " (token ", i,
+                                      ") is outside the model's vocabulary [0, ", rows_per_token, ")"));
+      perplexity_tally doc;
+      doc.name = name;
+      doc.bytes = text.size();
+      const std::size_t N = ids.size();
+      // Window [begin, end) scores targets [first, end): row i of it predicts ids[begin + i + 1].
+      for (std::size_t begin = 0, scored_to = 1; scored_to < N;) {
+        const std::size_t end = std::min(begin + ctx, N), first = std::max(scored_to, begin + 1);
+        const std::size_t n = end - begin, rows = n - (first - 1 - begin);  // the last `rows` rows: targets first..end
+        logits.resize(rows * rows_per_token);
+        auto session = m.new_session(opt->session);  // every window starts fresh
+        if (auto s = session.forward(std::span(ids.data() + begin, n), rows, logits.data(), cx); !s.ok())
+          return fail(s.with_context(name));
+        for (std::size_t j = first; j < end; ++j) {  // row (j - first) predicts ids[j]
+          const float* row = logits.data() + (j - first) * rows_per_token;
+          const std::size_t target = static_cast<std::size_t>(ids[j]);
+          const std::size_t best = argmax(row, V);
+          double sum = 0;
+          const double top = row[best];
+          for (std::size_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
+          doc.nll += top + std::log(sum) - static_cast<double>(row[target]);
+          doc.top1 += best == target;
+          doc.tokens += 1;
+        }
+        scored_to = end;
+        if (end == N) break;
+        begin = std::min(begin + stride, end - 1);  // stride == ctx: one token of overlap
+      }
+      total.add(doc);
+      per_doc.push_back(std::move(doc));
+      if (a.has("verbose")) std::printf("doc %s  %s\n", per_doc.back().line().c_str(), per_doc.back().name.c_str());
+    }
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (total.tokens == 0)
+      return fail(slm::make_error(slm::errc::invalid_argument, "nothing to predict: every document is a single token"));
+    std::printf("%s\n", total.line().c_str());
+    std::fprintf(stderr, "slm: %zu of %zu documents, ctx %zu, stride %zu, vocab %zu: %zu tokens in %.3f s (%.1f tok/s)\n",
+                 per_doc.size(), docs->size(), ctx, stride, V, total.tokens, seconds,
+                 seconds > 0 ? static_cast<double>(total.tokens) / seconds : 0.0);
+    if (!json_path.empty()) {
+      slm::json::value j = total.to_json();
+      j.set("model", slm::json::value(std::string(model)));
+      j.set("ctx", slm::json::value(ctx));
+      j.set("stride", slm::json::value(stride));
+      j.set("vocab", slm::json::value(V));
+      j.set("documents_scored", slm::json::value(per_doc.size()));
+      j.set("documents_total", slm::json::value(docs->size()));
+      slm::json::value& list = j.set("documents", slm::json::value::make_array());
+      for (const auto& d : per_doc) list.push_back(d.to_json());
+      const std::string text = slm::json::dump(j) + "\n";
+      std::FILE* f = std::fopen(std::string(json_path).c_str(), "wb");
+      const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+      if (f && std::fclose(f) != 0) return fail(slm::make_error(slm::errc::io_error, json_path, ": cannot write"));
+      if (!ok) return fail(slm::make_error(slm::errc::io_error, json_path, ": cannot write"));
+    }
+    return 0;
+  });
+}
+
 int cmd_quantize(const args& a) {
   const std::string_view in = a.get("in"), out = a.get("out"), fmt = a.get("format", "nvfp4");
   if (in.empty() || out.empty()) return usage_error("quantize needs --in DIR and --out DIR");
@@ -707,6 +907,9 @@ int cmd_quantize(const args& a) {
   else if (fmt == "bf16") opt.format = slm::weight_format::bf16;
   else return usage_error(slm::cat("--format must be nvfp4, mxfp4, fp8 or bf16, not '", fmt, "'"));
   opt.exclude = a.all("exclude");
+  opt.include = a.all("include");
+  if (a.has("quantize-embeddings"))
+    for (std::string& p : slm::embedding_include_patterns()) opt.include.push_back(std::move(p));
   auto pool = make_pool(a);
   if (!pool.ok()) return fail(pool.error());
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -888,6 +1091,7 @@ constexpr command commands[] = {
     {"tokenize", "print the token ids of a text (a directory with a tokenizer.json is enough)", cmd_tokenize},
     {"detokenize", "write the exact bytes of token ids to stdout", cmd_detokenize},
     {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
+    {"perplexity", "score a model on text: bits per byte, perplexity and top-1 accuracy of the next token", cmd_perplexity},
     {"bench", "measure a model's prefill/decode speed or the matmul kernels against this machine's limits", cmd_bench},
 };
 
@@ -955,11 +1159,31 @@ void print_help() {
       "  --model DIR        as for tokenize\n"
       "  --ids ID ...       ids separated by spaces or commas; the exact bytes go to stdout\n"
       "  --skip-special     leave special tokens out\n"
+      "\nperplexity options:\n"
+      "  --model DIR        as for run; its tokenizer.json encodes the documents (BOS prepended\n"
+      "                     if it has one; special tokens written in the text are plain text)\n"
+      "  --file PATH        a document (repeatable); a directory: every file under it, sorted\n"
+      "  --text TEXT        one document given inline\n"
+      "  --ctx N            window length in tokens (default 512, at most the model's context)\n"
+      "  --stride S         a longer document is scored in windows starting every S tokens\n"
+      "                     (default ctx/2, 1 <= S <= ctx), each a fresh session; every token\n"
+      "                     after the first is predicted once, with >= ctx-S tokens of context\n"
+      "  --max-tokens N     stop after the document in which N predicted tokens are reached\n"
+      "                     (later documents count neither tokens nor bytes)\n"
+      "  --verbose          a line per document too\n"
+      "  --json FILE        write the figures (total and per document) as JSON\n"
+      "  --kv, --mla, --act, --threads   as for logits\n"
+      "                     prints: tokens N  bytes B  nll X nats/token  ppl P  bits/byte Y  top1 Z%%\n"
+      "                     (bits/byte = sum NLL / ln 2 / UTF-8 bytes; over the tokenizer's vocabulary)\n"
       "\nquantize options:\n"
       "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
       "  --out DIR          where the converted checkpoint goes\n"
       "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
-      "  --exclude GLOB     keep matching modules in high precision (repeatable)\n"
+      "  --exclude GLOB     keep matching modules in high precision (repeatable; wins over --include)\n"
+      "  --include GLOB     quantize matching embeddings / output heads too (repeatable; never\n"
+      "                     norms, routers, the DSA indexer or mHC scorers)\n"
+      "  --quantize-embeddings   include the input embeddings and output heads: *word_embeddings,\n"
+      "                     *embed_tokens, *output_layer, *lm_head, *unified_table (the n-gram table)\n"
       "  --threads N        worker threads (default: all)\n"
       "\nbench options:\n"
       "  --model DIR        prefill and decode tok/s of one session, the weight bytes read per\n"
@@ -992,7 +1216,7 @@ int main(int argc, char** argv) {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
-                           key == "skip-special" || key == "progress";
+                           key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

@@ -21,6 +21,7 @@
 
 #include "slm/json.hpp"
 #include "slm/safetensors.hpp"
+#include "slm/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -427,6 +428,37 @@ TEST(CliText, RunOnTextStreamsSamplesAndResumes) {
   EXPECT_NE(longp.err.find("exceeds the context of 4 tokens"), std::string::npos) << longp.err;
 }
 
+// `slm quantize --quantize-embeddings` / `--include GLOB`: the embeddings and the head of
+// the tiny NAM56R become NVFP4 (its n-gram table, K = 4, cannot: kept, with the reason),
+// hf_quant_config.json stops listing them, and the result runs.
+TEST(CliQuantize, QuantizeEmbeddingsAndInclude) {
+  slm_test::temp_dir tmp("quant");
+  const std::string tiny = slm_test::test_data("nam56r/tiny").string();
+  auto line_of = [](const std::string& out, const std::string& tensor) {
+    const auto at = out.find("\n" + tensor + " ");
+    return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  const std::string all = (tmp / "all").string(), one = (tmp / "one").string();
+  const cli_result r = run_cli(tmp.path(), "quantize --in '" + tiny + "' --out '" + all + "' --quantize-embeddings --threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(line_of(r.out, "embedding.word_embeddings.weight").find(" nvfp4 "), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "output_layer.weight").find(" nvfp4 "), std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "embedding.cppmega_ngram_hash.unified_table.weight").find("kept BF16: K = 4 is not a multiple of 16"),
+            std::string::npos) << r.out;
+  EXPECT_NE(line_of(r.out, "decoder.final_norm.weight").find("kept"), std::string::npos) << r.out;
+  const std::string hq = read_text(tmp / "all" / "hf_quant_config.json");
+  EXPECT_EQ(hq.find("word_embeddings"), std::string::npos) << hq;
+  EXPECT_EQ(hq.find("\"output_layer\""), std::string::npos) << hq;
+  EXPECT_NE(hq.find("unified_table"), std::string::npos) << hq;
+  const cli_result run = run_cli(tmp.path(), "run --model '" + all + "' --prompt-ids 1,2,3,4,5 -n 4 --threads 2");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+
+  const cli_result i = run_cli(tmp.path(), "quantize --in '" + tiny + "' --out '" + one + "' --include '*word_embeddings' --threads 2");
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  EXPECT_NE(line_of(i.out, "embedding.word_embeddings.weight").find(" nvfp4 "), std::string::npos) << i.out;
+  EXPECT_NE(line_of(i.out, "output_layer.weight").find("kept BF16: output head"), std::string::npos) << i.out;
+}
+
 TEST(CliText, BenchModelReportsSpeedAndTraffic) {
   slm_test::temp_dir tmp("bench");
   const auto r = run_cli(tmp.path(), "bench --model '" + slm_test::test_data("golden/hf/llama").string() +
@@ -434,6 +466,262 @@ TEST(CliText, BenchModelReportsSpeedAndTraffic) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* k : {"prefill: 8 tokens", "decode: 4 tokens", "weights read per decode token", "of the read-bandwidth probe"})
     EXPECT_NE(r.out.find(k), std::string::npos) << k << "\n" << r.out;
+}
+
+// ---- slm perplexity ----
+//
+// The figures are checked against a hand computation from `slm logits` over the same ids
+// (the ids from `slm tokenize --no-parse-special`, BOS prepended where the tokenizer has
+// one): NLL = logsumexp over the tokenizer's vocabulary - logit of the target, in double,
+// windows as HF's perplexity guide loops over them, each window a fresh `slm logits` run.
+// Same math and summation order, so the NLL sum agrees to 1e-9 relative (rounding only);
+// top-1 counts and token/byte counts exactly. On three model families: llama (byte-level
+// tokenizer of 300 ids on a 320-row model: padding rows excluded), the tiny NAM56R and a
+// nanochat model (a 97-id character tokenizer whose "<s>" is BOS: prepended).
+
+// Printable ASCII and '\n' as ids 0..95, "<s>" = 96 (the BOS the tokenizer guesses by name).
+std::string char_tokenizer_json() {
+  std::string vocab;
+  for (int c = 32; c < 127; ++c) {
+    const std::string s = c == '"' || c == '\\' ? std::string{'\\', static_cast<char>(c)} : std::string(1, static_cast<char>(c));
+    vocab += slm::cat(vocab.empty() ? "" : ",", "\"", s, "\":", c - 32);
+  }
+  vocab += ",\"\\n\":95";
+  return slm::cat(R"({"model": {"type": "BPE", "vocab": {)", vocab,
+                  R"(}, "merges": []}, "added_tokens": [{"id": 96, "content": "<s>", "special": true}]})");
+}
+
+// A model directory of the family with a tokenizer: (dir, BOS id or -1).
+std::pair<std::filesystem::path, int> perplexity_model(const slm_test::temp_dir& tmp, const std::string& family) {
+  if (family == "llama") return {text_model(tmp), -1};
+  const auto dir = tmp / family;
+  std::filesystem::create_directories(dir);
+  if (family == "nam56r") {
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(slm_test::test_data("nam56r/tiny") / f, dir / f);
+  } else {  // nanochat, as CliNanochat builds it
+    const std::string name = "nanochat_gpt__plain_gqa_swa";
+    auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
+    EXPECT_TRUE(note.ok());
+    slm::json::value config = (*note)["config"]["GPTConfig"];
+    config.set("model_type", slm::json::value(std::string("nanochat")));
+    EXPECT_TRUE(slm_test::write_file(dir / "config.json", slm::json::dump(config)));
+    std::filesystem::copy_file(slm_test::test_data("golden/nam56r/" + name + ".safetensors"), dir / "model.safetensors");
+  }
+  EXPECT_TRUE(slm_test::write_file(dir / "tokenizer.json", char_tokenizer_json()));
+  return {dir, 96};
+}
+
+struct ppl_figures {
+  std::size_t tokens = 0, top1 = 0;
+  double nll = 0;
+};
+
+// The ids of a document as `slm perplexity` scores them.
+std::vector<std::int64_t> document_ids(const slm_test::temp_dir& tmp, const std::filesystem::path& model,
+                                       const std::filesystem::path& doc, int bos) {
+  const auto r = run_cli(tmp.path(), "tokenize --no-parse-special --model '" + model.string() + "' --file '" + doc.string() + "'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::int64_t> ids;
+  std::istringstream in(r.out);
+  for (std::int64_t id; in >> id;) ids.push_back(id);
+  if (bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  return ids;
+}
+
+// HF's loop: for begin in range(0, N, stride): end = min(begin + ctx, N); the last
+// end - prev_end positions are targets (position begin has no prediction in its window).
+ppl_figures hand_perplexity(const slm_test::temp_dir& tmp, const std::filesystem::path& model,
+                            const std::vector<std::int64_t>& ids, std::size_t ctx, std::size_t stride, std::size_t V) {
+  ppl_figures f;
+  const std::size_t N = ids.size();
+  for (std::size_t begin = 0, prev_end = 0; begin < N; begin += stride) {
+    const std::size_t end = std::min(begin + ctx, N), n = end - begin;
+    const auto out = tmp / "window.safetensors";
+    std::vector<std::int64_t> window(ids.begin() + static_cast<std::ptrdiff_t>(begin), ids.begin() + static_cast<std::ptrdiff_t>(end));
+    const auto r = run_cli(tmp.path(), "logits --threads 2 --model '" + model.string() + "' --ids " + join(window, n) +
+                                           " --out '" + out.string() + "'");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto lf = slm::safetensors::file::open(out);
+    EXPECT_TRUE(lf.ok());
+    if (!lf.ok()) return f;
+    const std::vector<float> logits = floats_of(*lf, "logits");
+    const std::size_t rows = logits.size() / n;  // the model's vocabulary, >= V
+    for (std::size_t j = std::max(prev_end, begin + 1); j < end; ++j) {
+      const float* row = logits.data() + (j - 1 - begin) * rows;
+      const std::size_t best = argmax(row, V);
+      double sum = 0;
+      for (std::size_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - static_cast<double>(row[best]));
+      f.nll += static_cast<double>(row[best]) + std::log(sum) - static_cast<double>(row[ids[j]]);
+      f.top1 += best == static_cast<std::size_t>(ids[j]);
+      f.tokens += 1;
+    }
+    prev_end = end;
+    if (end == N) break;
+  }
+  return f;
+}
+
+slm::json::value read_json(const std::filesystem::path& p) {
+  auto v = slm::json::parse(read_text(p));
+  EXPECT_TRUE(v.ok()) << p;
+  return v.ok() ? std::move(*v) : slm::json::value();
+}
+
+class CliPerplexity : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(CliPerplexity, MatchesHandComputationFromLogits) {
+  slm_test::temp_dir tmp("ppl");
+  const auto [model, bos] = perplexity_model(tmp, GetParam());
+  auto tok = slm::tokenizer::load_dir(model);
+  ASSERT_TRUE(tok.ok()) << tok.error().message();
+  const std::size_t V = tok->vocab_size();  // 300 (llama, model rows 320) or 97 (rows 100, 200)
+  // Two short documents (one window each) and a long one (many windows).
+  const std::string short1 = "int main() { return 0; }\n", short2 = "x = \"y\";";
+  std::string long_doc;
+  for (int i = 0; long_doc.size() < 90; ++i) long_doc += slm::cat("for (int i", i, " = 0; i", i, " < n; ++i", i, ") s += a[i];\n");
+  ASSERT_TRUE(slm_test::write_file(tmp / "a.txt", short1));
+  ASSERT_TRUE(slm_test::write_file(tmp / "b.txt", short2));
+  std::filesystem::create_directories(tmp / "long");
+  ASSERT_TRUE(slm_test::write_file(tmp / "long" / "c.txt", long_doc));
+  const std::string base = "perplexity --threads 2 --model '" + model.string() + "' ";
+  const std::string json = (tmp / "ppl.json").string();
+
+  // (a) Whole documents in one window each: one `slm logits` run per document.
+  const auto r = run_cli(tmp.path(), base + "--file '" + (tmp / "a.txt").string() + "' --file '" + (tmp / "b.txt").string() +
+                                         "' --verbose --json '" + json + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ppl_figures want;
+  std::size_t doc = 0;
+  const slm::json::value got = read_json(json);
+  for (const char* name : {"a.txt", "b.txt"}) {
+    const auto ids = document_ids(tmp, model, tmp / name, bos);
+    ASSERT_LE(ids.size(), 64u);  // one window under the default ctx (512, capped at the model's 64 for NAM56R)
+    const ppl_figures f = hand_perplexity(tmp, model, ids, ids.size(), ids.size(), V);
+    EXPECT_EQ(f.tokens, ids.size() - 1);
+    const slm::json::value& d = got["documents"][doc++];
+    EXPECT_EQ(d["tokens"].as_uint64().value_or(0), f.tokens) << name;
+    EXPECT_EQ(d["top1_correct"].as_uint64().value_or(99), f.top1) << name;
+    EXPECT_LE(std::fabs(d["nll_sum"].as_double() - f.nll), 1e-9 * std::fabs(f.nll)) << name;
+    want.tokens += f.tokens, want.top1 += f.top1, want.nll += f.nll;
+  }
+  const std::size_t bytes = short1.size() + short2.size();
+  EXPECT_EQ(got["tokens"].as_uint64().value_or(0), want.tokens);
+  EXPECT_EQ(got["bytes"].as_uint64().value_or(0), bytes);
+  EXPECT_EQ(got["top1_correct"].as_uint64().value_or(99), want.top1);
+  EXPECT_EQ(got["vocab"].as_uint64().value_or(0), V);
+  EXPECT_LE(std::fabs(got["nll_sum"].as_double() - want.nll), 1e-9 * std::fabs(want.nll));
+  EXPECT_NEAR(got["bits_per_byte"].as_double(), want.nll / std::log(2.0) / static_cast<double>(bytes), 1e-9);
+  // The printed line: the same figures, rounded; per-document lines with --verbose.
+  char line[256];
+  const double nll = want.nll / static_cast<double>(want.tokens);
+  std::snprintf(line, sizeof line, "tokens %zu  bytes %zu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%\n",
+                want.tokens, bytes, nll, std::exp(nll), want.nll / std::log(2.0) / static_cast<double>(bytes),
+                100.0 * static_cast<double>(want.top1) / static_cast<double>(want.tokens));
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3) << r.out;
+  EXPECT_EQ(r.out.rfind("doc tokens ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(std::string("\n") + line), std::string::npos) << "want: " << line << "got:\n" << r.out;
+
+  // (b) A document longer than ctx, in windows: stride < ctx (HF's sliding window) and
+  // stride == ctx (windows overlap by one token); every token after the first is counted
+  // once, and the NLL is the windows' hand computation.
+  const auto ids = document_ids(tmp, model, tmp / "long" / "c.txt", bos);
+  ASSERT_GT(ids.size(), 60u);
+  for (const auto& [ctx, stride] : {std::pair<std::size_t, std::size_t>{24, 10}, {16, 16}}) {
+    const auto w = run_cli(tmp.path(), base + slm::cat("--file '", (tmp / "long").string(), "' --ctx ", ctx, " --stride ", stride,
+                                                       " --json '", json, "'"));
+    ASSERT_EQ(w.exit_code, 0) << w.err;
+    const slm::json::value g = read_json(json);
+    EXPECT_EQ(g["tokens"].as_uint64().value_or(0), ids.size() - 1) << ctx << "/" << stride;
+    EXPECT_EQ(g["bytes"].as_uint64().value_or(0), long_doc.size());
+    if (stride < ctx) {  // HF's loop scores the same targets (with stride == ctx it skips one per window)
+      const ppl_figures f = hand_perplexity(tmp, model, ids, ctx, stride, V);
+      EXPECT_EQ(f.tokens, ids.size() - 1);
+      EXPECT_EQ(g["top1_correct"].as_uint64().value_or(99999), f.top1);
+      EXPECT_LE(std::fabs(g["nll_sum"].as_double() - f.nll), 1e-9 * std::fabs(f.nll));
+    }
+  }
+
+  // --max-tokens stops at whole documents: the first document alone reaches 1 token.
+  const auto m = run_cli(tmp.path(), base + "--file '" + (tmp / "a.txt").string() + "' --file '" + (tmp / "b.txt").string() +
+                                         "' --max-tokens 1 --json '" + json + "'");
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  const slm::json::value g = read_json(json);
+  EXPECT_EQ(g["documents_scored"].as_uint64().value_or(0), 1u);
+  EXPECT_EQ(g["documents_total"].as_uint64().value_or(0), 2u);
+  EXPECT_EQ(g["bytes"].as_uint64().value_or(0), short1.size());
+  EXPECT_EQ(g["tokens"].as_uint64().value_or(0), got["documents"][0]["tokens"].as_uint64().value_or(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CliPerplexity, ::testing::Values("llama", "nam56r", "nanochat"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// A directory stands for its files, sorted; --text is one document.
+TEST(CliPerplexityInput, DirectoryAndText) {
+  slm_test::temp_dir tmp("ppl");
+  const auto [model, bos] = perplexity_model(tmp, "nam56r");
+  std::filesystem::create_directories(tmp / "docs" / "sub");
+  ASSERT_TRUE(slm_test::write_file(tmp / "docs" / "b.txt", "b = 2;\n"));
+  ASSERT_TRUE(slm_test::write_file(tmp / "docs" / "sub" / "c.txt", "c = 3;\n"));
+  ASSERT_TRUE(slm_test::write_file(tmp / "docs" / "a.txt", "a = 1;\n"));
+  const std::string base = "perplexity --threads 2 --model '" + model.string() + "' --verbose ";
+  const auto dir = run_cli(tmp.path(), base + "--file '" + (tmp / "docs").string() + "'");
+  ASSERT_EQ(dir.exit_code, 0) << dir.err;
+  const std::string d = (tmp / "docs").string();
+  const auto files = run_cli(tmp.path(), base + "--file '" + d + "/a.txt' --file '" + d + "/b.txt' --file '" + d + "/sub/c.txt'");
+  ASSERT_EQ(files.exit_code, 0) << files.err;
+  EXPECT_EQ(dir.out, files.out);
+  EXPECT_LT(dir.out.find("a.txt"), dir.out.find("b.txt"));
+  EXPECT_LT(dir.out.find("b.txt"), dir.out.find("c.txt"));
+  EXPECT_NE(dir.out.find("\ntokens 21  bytes 21  nll"), std::string::npos) << dir.out;  // 3 x (BOS + 7 chars)
+  const auto text = run_cli(tmp.path(), base + "--text 'a = 1;\n'");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  // its document line is the first one of the files' run, and its total the same figures
+  const std::string first_doc = files.out.substr(0, files.out.find('\n'));
+  const std::string text_total = text.out.substr(text.out.find("\ntokens") + 1);
+  EXPECT_EQ(text_total, first_doc.substr(4, first_doc.find("  " + d) - 4) + "\n") << text.out << files.out;
+}
+
+// Bad input: one line "slm: error: ..."; exit 2 for usage, 1 for a problem with the data.
+TEST(CliPerplexityInput, Errors) {
+  slm_test::temp_dir tmp("ppl");
+  const auto [model, bos] = perplexity_model(tmp, "llama");
+  const std::string base = "perplexity --model '" + model.string() + "' ";
+  ASSERT_TRUE(slm_test::write_file(tmp / "empty.txt", ""));
+  ASSERT_TRUE(slm_test::write_file(tmp / "ok.txt", "int x;"));
+  std::filesystem::create_directories(tmp / "nothing");
+  const std::string ok = "--file '" + (tmp / "ok.txt").string() + "' ";
+  const struct {
+    std::string args;
+    int exit_code;
+    const char* message;
+  } cases[] = {
+      {"perplexity --file x", 2, "perplexity needs --model DIR and one of --file"},
+      {base, 2, "perplexity needs --model DIR and one of --file"},
+      {base + ok + "--text x", 2, "perplexity needs --model DIR and one of --file"},
+      {base + ok + "--ctx 1", 2, "--ctx must be at least 2"},
+      {base + ok + "--ctx 0", 2, "--ctx needs a positive integer, got '0'"},
+      {base + ok + "--stride 0", 2, "--stride needs a positive integer, got '0'"},
+      {base + ok + "--ctx 8 --stride 9", 2, "--stride 9 exceeds --ctx 8"},
+      {base + ok + "--max-tokens x", 2, "--max-tokens needs a positive integer"},
+      {base + ok + "--json", 2, "option --json needs a value"},
+      {"perplexity --model '" + slm_test::test_data("golden/hf/llama").string() + "' " + ok, 1, "no tokenizer.json"},
+      {base + "--file '" + (tmp / "empty.txt").string() + "'", 1, "empty.txt: empty document"},
+      {base + "--text ''", 1, "--text: empty document"},
+      {base + "--file '" + (tmp / "missing.txt").string() + "'", 1, "missing.txt"},
+      {base + ok + "--file '" + (tmp / "nothing").string() + "'", 1, "nothing: no files in the directory"},
+  };
+  for (const auto& c : cases) {
+    const cli_result r = run_cli(tmp.path(), c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.err;
+    expect_one_error_line(r, c.message);
+    EXPECT_TRUE(r.out.empty()) << c.args << "\n" << r.out;
+  }
+  // The model's context caps --ctx, and a stride beyond the capped context is an error.
+  const auto nam = perplexity_model(tmp, "nam56r");  // max_position_embeddings 64
+  const cli_result r = run_cli(tmp.path(), "perplexity --model '" + nam.first.string() + "' " + ok + "--ctx 100 --stride 80");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  expect_one_error_line(r, "--stride 80 exceeds the context of 64 tokens");
 }
 
 }  // namespace

@@ -5,8 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
+
+#include "slm/model.hpp"
+#include "slm/nam56r.hpp"
 
 #include "test_helpers.hpp"
 
@@ -235,4 +242,345 @@ TEST(Convert, Nam56rNamesGroupedExpertsAndKeepList) {
   ASSERT_TRUE(cfg.ok());
   EXPECT_TRUE(cfg->is_excluded("output_layer"));
   EXPECT_FALSE(cfg->is_excluded(L + "mlp.experts.linear_fc1"));
+}
+
+// ---------------------------------------------------------------------------------
+// convert_options::include (`slm quantize --include GLOB`, `--quantize-embeddings`):
+// embeddings and output heads quantized on request, everything else kept as before.
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct tensor_copy {
+  std::string name;
+  dtype type = dtype::f32;
+  slm::shape shape;
+  std::vector<std::byte> bytes;
+};
+
+std::vector<tensor_copy> read_tensors(const fs::path& file) {
+  std::vector<tensor_copy> out;
+  auto f = st::file::open(file);
+  EXPECT_TRUE(f.ok()) << f.error().message();
+  if (!f.ok()) return out;
+  for (const st::tensor_info& t : f->tensors()) {
+    const auto b = f->view(t).bytes();
+    out.push_back({t.name, t.type, t.shape, std::vector<std::byte>(b.begin(), b.end())});
+  }
+  return out;
+}
+
+// dir/model.safetensors from `tensors`, plus every other file of `like` (config, quant config).
+void write_checkpoint(const fs::path& dir, const std::vector<tensor_copy>& tensors, const fs::path& like) {
+  st::writer w;
+  w.set_metadata("format", "pt");
+  for (const auto& t : tensors) ASSERT_TRUE(w.add(t.name, t.type, t.shape, t.bytes).ok()) << t.name;
+  ASSERT_TRUE(w.write(dir / "model.safetensors").ok());
+  for (const auto& de : fs::directory_iterator(like))
+    if (de.path().extension() != ".safetensors") fs::copy_file(de.path(), dir / de.path().filename(), fs::copy_options::overwrite_existing);
+}
+
+// tests/data/nam56r/tiny with the n-gram tables widened from E = 4 to the real model's
+// E = 16 (unified_table [130, 16], out_proj [32, 4 x 16], fresh Gaussian values of the
+// original tables' RMS), so the table can be NVFP4 (K a multiple of 16).
+void make_tiny_e16(const fs::path& dir) {
+  const fs::path src = slm_test::test_data("nam56r/tiny");
+  auto tensors = read_tensors(src / "model.safetensors");
+  std::mt19937 rng(11);
+  for (auto& t : tensors) {
+    const bool table = t.name == "embedding.cppmega_ngram_hash.unified_table.weight";
+    if (!table && t.name != "embedding.cppmega_ngram_hash.out_proj.weight") continue;
+    ASSERT_EQ(t.type, dtype::bf16);
+    double sq = 0;
+    const std::size_t n0 = t.bytes.size() / 2;
+    for (std::size_t i = 0; i < n0; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, t.bytes.data() + 2 * i, 2);
+      sq += static_cast<double>(slm::bf16_to_f32(h)) * slm::bf16_to_f32(h);
+    }
+    std::normal_distribution<float> normal(0.0f, static_cast<float>(std::sqrt(sq / static_cast<double>(n0))));
+    t.shape = table ? slm::shape{t.shape[0], 16} : slm::shape{t.shape[0], 64};
+    t.bytes.resize(static_cast<std::size_t>(t.shape.numel()) * 2);
+    for (std::size_t i = 0; i < t.bytes.size() / 2; ++i) {
+      const std::uint16_t h = slm::f32_to_bf16(normal(rng));
+      std::memcpy(t.bytes.data() + 2 * i, &h, 2);
+    }
+  }
+  write_checkpoint(dir, tensors, src);
+  std::string cfg;
+  {
+    std::ifstream f(src / "config.json");
+    cfg.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  const std::string from = "\"embed_dim\": 4", to = "\"embed_dim\": 16";
+  const auto at = cfg.find(from);
+  ASSERT_NE(at, std::string::npos);
+  cfg.replace(at, from.size(), to);
+  ASSERT_TRUE(slm_test::write_file(dir / "config.json", cfg));
+}
+
+// A copy of the quantized checkpoint `q` in which each module of `modules` holds its
+// dequantized NVFP4 weight as F32 (dequantize(), the reference) instead of codes + scales.
+void write_dequantized_copy(const fs::path& q, const fs::path& out, const std::vector<std::string>& modules) {
+  auto ck = slm::checkpoint::open(q);
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  auto tensors = read_tensors(q / "model.safetensors");
+  for (const std::string& m : modules) {
+    auto w = slm::load_linear_weight(*ck, m);
+    ASSERT_TRUE(w.ok()) << w.error().message();
+    ASSERT_EQ(w->format, slm::weight_format::nvfp4) << m;
+    std::vector<float> f(w->rows * w->cols);
+    ASSERT_TRUE(slm::dequantize(*w, f).ok());
+    std::erase_if(tensors, [&](const tensor_copy& t) { return t.name == m + ".weight_scale" || t.name == m + ".weight_scale_2"; });
+    for (auto& t : tensors) {
+      if (t.name != m + ".weight") continue;
+      t.type = dtype::f32;
+      t.shape = slm::shape{static_cast<std::int64_t>(w->rows), static_cast<std::int64_t>(w->cols)};
+      const auto b = std::as_bytes(std::span(f));
+      t.bytes.assign(b.begin(), b.end());
+    }
+  }
+  write_checkpoint(out, tensors, q);
+}
+
+std::vector<float> nam56r_logits(const fs::path& dir, const std::vector<std::int32_t>& ids) {
+  auto m = slm::nam56r_model::load(dir);
+  EXPECT_TRUE(m.ok()) << m.error().message();
+  if (!m.ok()) return {};
+  auto s = m->new_session();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  std::vector<float> out(ids.size() * m->vocab());
+  auto st = s.forward(ids, ids.size(), out.data(), cx);
+  EXPECT_TRUE(st.ok()) << st.message();
+  return out;
+}
+
+// Mean over rows of the Pearson correlation of two [T, V] logit tensors.
+double mean_row_correlation(const std::vector<float>& a, const std::vector<float>& b, std::size_t V) {
+  const std::size_t T = a.size() / V;
+  double sum = 0;
+  for (std::size_t t = 0; t < T; ++t) {
+    double ma = 0, mb = 0;
+    for (std::size_t v = 0; v < V; ++v) ma += a[t * V + v], mb += b[t * V + v];
+    ma /= static_cast<double>(V), mb /= static_cast<double>(V);
+    double sab = 0, saa = 0, sbb = 0;
+    for (std::size_t v = 0; v < V; ++v) {
+      const double x = a[t * V + v] - ma, y = b[t * V + v] - mb;
+      sab += x * y, saa += x * x, sbb += y * y;
+    }
+    sum += sab / std::sqrt(saa * sbb);
+  }
+  return T ? sum / static_cast<double>(T) : 0.0;
+}
+
+std::map<std::string, std::string> actions_of(const std::vector<slm::tensor_report>& reports) {
+  std::map<std::string, std::string> a;
+  for (const auto& r : reports) a[r.name] = r.action;
+  return a;
+}
+
+}  // namespace
+
+// The NAM56R embedding path: word embeddings, the n-gram hash table (E = 16, as the real
+// model's) and the output layer quantized with the --quantize-embeddings patterns.
+TEST(ConvertInclude, Nam56rEmbeddingsAndHeadToNvfp4) {
+  slm_test::temp_dir src("tiny_e16"), plain("plain"), incl("incl"), deq("deq");
+  make_tiny_e16(src.path());
+  if (HasFatalFailure()) return;
+  auto& pool = slm_test::the_pools().p2;
+  auto base = slm::convert_checkpoint(src.path(), plain.path(), {}, pool);
+  ASSERT_TRUE(base.ok()) << base.error().message();
+  slm::convert_options opt;
+  opt.include = slm::embedding_include_patterns();
+  auto reports = slm::convert_checkpoint(src.path(), incl.path(), opt, pool);
+  ASSERT_TRUE(reports.ok()) << reports.error().message();
+
+  // (a) The report: the three tensors converted, nothing else changed.
+  const std::vector<std::string> embeds = {"embedding.word_embeddings", "embedding.cppmega_ngram_hash.unified_table",
+                                           "output_layer"};
+  auto before = actions_of(*base), after = actions_of(*reports);
+  for (const auto& m : embeds) {
+    EXPECT_EQ(before[m + ".weight"].rfind("kept", 0), 0u) << m;
+    EXPECT_EQ(after[m + ".weight"], "nvfp4") << m;
+  }
+  std::size_t changed = 0;
+  for (const auto& [name, action] : before)
+    if (after.count(name) && after[name] != action) ++changed;
+  EXPECT_EQ(changed, embeds.size());
+  EXPECT_EQ(after["embedding.cppmega_ngram_hash.out_proj.weight"], "kept BF16: embedding");  // not a pattern's
+  // hf_quant_config.json's exclude_modules lists what stays high precision, and only that.
+  for (const auto& [dir, quantized] : {std::pair{plain.path(), false}, std::pair{incl.path(), true}}) {
+    auto ck = slm::checkpoint::open(dir);
+    ASSERT_TRUE(ck.ok()) << ck.error().message();
+    auto q = slm::quant_config::from_checkpoint(*ck);
+    ASSERT_TRUE(q.ok()) << q.error().message();
+    for (const auto& m : embeds)
+      EXPECT_EQ(std::find(q->exclude.begin(), q->exclude.end(), m) != q->exclude.end(), !quantized) << m;
+    EXPECT_NE(std::find(q->exclude.begin(), q->exclude.end(), "decoder.layers.1.mlp.router"), q->exclude.end());
+  }
+
+  // (b) The model runs; its logits stay near the model with high-precision embeddings.
+  std::vector<std::int32_t> ids;
+  for (std::int32_t i = 0; i < 16; ++i) ids.push_back((i * 37 + 5) % 100);
+  const auto ref = nam56r_logits(plain.path(), ids), got = nam56r_logits(incl.path(), ids);
+  const std::size_t m0_vocab = 100;  // config.json vocab_size
+  ASSERT_EQ(got.size(), ref.size());
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  const double err = slm_test::rel_err(got.data(), ref.data(), ref.size());
+  EXPECT_GT(err, 0.0);
+  // Random weights, width 32, 13 layers: a 4-bit input embedding (about 10 % RMS error
+  // per row) reaches every layer undamped, so the logits move about as much as they do
+  // when all projections go to NVFP4 (0.72 x max|logit| in test_nam56r). Measured here:
+  // 0.741 x max|logit| with all three, mean row correlation 0.923; only the head (one
+  // linear map) 0.122 and 0.995; only the word embeddings 0.734 / 0.943; only the n-gram
+  // table 0.643 / 0.949. A misread layout or scale gives ~0 correlation, so the bounds
+  // are set between: all three < 1.0 and correlation > 0.8; the head alone < 0.25, > 0.98.
+  const double corr = mean_row_correlation(got, ref, m0_vocab);
+  std::printf("[ figures  ] tiny NAM56R (E = 16) NVFP4 + embeddings/head vs NVFP4: %.3e x max|logit|, mean row "
+              "correlation %.3f\n", err, corr);
+  EXPECT_LT(err, 1.0);
+  EXPECT_GT(corr, 0.8);
+  for (const auto& pat : embeds) {
+    slm_test::temp_dir one("one");
+    slm::convert_options o1;
+    o1.include = {"*" + pat};
+    ASSERT_TRUE(slm::convert_checkpoint(src.path(), one.path(), o1, pool).ok());
+    const auto g1 = nam56r_logits(one.path(), ids);
+    ASSERT_EQ(g1.size(), ref.size());
+    const double e1 = slm_test::rel_err(g1.data(), ref.data(), ref.size()), c1 = mean_row_correlation(g1, ref, m0_vocab);
+    std::printf("[ figures  ]   only %s: %.3e x max|logit|, correlation %.3f\n", pat.c_str(), e1, c1);
+    EXPECT_GT(e1, 0.0) << pat;
+    EXPECT_LT(e1, 1.0) << pat;
+    EXPECT_GT(c1, 0.8) << pat;
+    if (pat == "output_layer") {
+      EXPECT_LT(e1, 0.25);
+      EXPECT_GT(c1, 0.98);
+    }
+  }
+
+  // Every gathered row is the dequantized NVFP4 row exactly: the model with those tables
+  // stored as their F32 dequantization gives the same logits bit for bit (the head stays
+  // NVFP4 in both).
+  write_dequantized_copy(incl.path(), deq.path(), {embeds[0], embeds[1]});
+  if (HasFatalFailure()) return;
+  const auto same = nam56r_logits(deq.path(), ids);
+  ASSERT_EQ(same.size(), got.size());
+  EXPECT_EQ(slm_test::max_abs_diff(same.data(), got.data(), got.size()), 0.0);
+
+  // And the n-gram table's gather directly, against dequantize() of the table.
+  auto ck = slm::checkpoint::open(incl.path());
+  ASSERT_TRUE(ck.ok());
+  auto m = slm::nam56r_model::load(incl.path());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const auto& nc = *m->config().ngram_hash;
+  auto ng = slm::ngram_hash_embedding::load(*ck, slm::ngram_hash_embedding::megatron_prefix(), nc);
+  ASSERT_TRUE(ng.ok()) << ng.error().message();
+  ASSERT_EQ(ng->table.format, slm::weight_format::nvfp4);
+  std::vector<float> table(ng->table.rows * ng->table.cols);
+  ASSERT_TRUE(slm::dequantize(ng->table, table).ok());
+  const std::size_t J = nc.num_tables(), E = nc.embed_dim;
+  std::vector<float> rows(ids.size() * J * E);
+  std::vector<std::int64_t> idx(ids.size() * J);
+  slm::workspace ws;
+  slm::ngram_history h1, h2;
+  ASSERT_TRUE(ng->gather_rows(ids, h1, rows.data(), ws).ok());
+  ASSERT_TRUE(ng->indices(ids, h2, idx.data()).ok());
+  for (std::size_t i = 0; i < idx.size(); ++i)
+    ASSERT_EQ(0, std::memcmp(rows.data() + i * E, table.data() + static_cast<std::size_t>(idx[i]) * E, E * sizeof(float))) << i;
+}
+
+// (c) An include pattern lifts only "embedding" and "output head": norms, routers, the DSA
+// indexer, mHC scorers, non-2-D tensors, exclude matches and K off the block stay.
+TEST(ConvertInclude, NeverNormsRoutersIndexerOrExcluded) {
+  slm::convert_options opt;
+  opt.include = {"*"};
+  opt.exclude = {"lm_head"};
+  slm::quant_config ex, in;
+  ex.exclude = opt.exclude;
+  in.exclude = opt.include;
+  auto reason = [&](const std::string& name, std::int64_t n, std::int64_t k) {
+    st::tensor_info t;
+    t.name = name;
+    t.type = dtype::bf16;
+    t.shape = k ? slm::shape{n, k} : slm::shape{n};
+    return slm::detail::keep_reason(name, t, opt, ex, in);
+  };
+  EXPECT_EQ(reason("model.embed_tokens.weight", 32, 64), "");
+  EXPECT_EQ(reason("output_layer.weight", 32, 64), "");
+  EXPECT_EQ(reason("model.embed_norm.weight", 64, 64), "norm");  // an embedding's norm is a norm
+  EXPECT_EQ(reason("decoder.final_norm.weight", 64, 64), "norm");
+  EXPECT_EQ(reason("mtp.layers.0.enorm.weight", 64, 64), "norm");
+  EXPECT_EQ(reason("model.layers.0.input_layernorm.weight", 64, 0), "not a linear weight");
+  EXPECT_EQ(reason("decoder.layers.1.mlp.router.weight", 4, 64), "router");
+  EXPECT_EQ(reason("model.layers.0.mlp.gate.weight", 4, 64), "router");
+  EXPECT_EQ(reason("decoder.layers.0.self_attention.core_attention.indexer.linear_wk.weight", 16, 64), "DSA indexer");
+  EXPECT_EQ(reason("transformer.h.0.mhc.score.weight", 4, 64), "mHC branch scorer");
+  EXPECT_EQ(reason("lm_head.weight", 32, 64), "excluded");  // exclude wins over include
+  EXPECT_EQ(reason("embedding.cppmega_ngram_hash.unified_table.weight", 130, 4), "K = 4 is not a multiple of 16");
+  opt.include = {"*unified_table"};
+  in.exclude = opt.include;
+  EXPECT_EQ(reason("embedding.word_embeddings.weight", 32, 64), "embedding");  // not matched: kept
+
+  // The whole tiny NAM56R with include "*": every norm and router stays, and it loads.
+  slm_test::temp_dir out("all");
+  opt.include = {"*"};
+  opt.exclude.clear();
+  auto reports = slm::convert_checkpoint(slm_test::test_data("nam56r/tiny"), out.path(), opt, slm_test::the_pools().p2);
+  ASSERT_TRUE(reports.ok()) << reports.error().message();
+  std::size_t norms = 0;
+  for (const auto& r : *reports) {
+    const bool norm = r.name.find("norm") != std::string::npos, router = r.name.find("router") != std::string::npos;
+    if (norm || router || r.name.find("indexer") != std::string::npos) {
+      norms += norm;
+      EXPECT_EQ(r.action.rfind("kept", 0), 0u) << r.name << ": " << r.action;
+    }
+  }
+  EXPECT_GT(norms, 10u);
+  auto after = actions_of(*reports);
+  EXPECT_EQ(after["embedding.word_embeddings.weight"], "nvfp4");
+  EXPECT_EQ(after["embedding.cppmega_ngram_hash.out_proj.weight"], "nvfp4");
+  EXPECT_EQ(after["embedding.cppmega_ngram_hash.unified_table.weight"], "kept BF16: K = 4 is not a multiple of 16");
+  auto m = slm::nam56r_model::load(out.path());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+}
+
+// The Hugging Face path (model.embed_tokens gathered by model.hpp, lm_head a linear):
+// the llama golden checkpoint with --quantize-embeddings' patterns.
+TEST(ConvertInclude, LlamaEmbedTokensAndLmHead) {
+  const fs::path src = slm_test::test_data("golden/hf/llama");
+  slm_test::temp_dir plain("plain"), incl("incl"), deq("deq");
+  auto& pool = slm_test::the_pools().p2;
+  ASSERT_TRUE(slm::convert_checkpoint(src, plain.path(), {}, pool).ok());
+  slm::convert_options opt;
+  opt.include = slm::embedding_include_patterns();
+  auto reports = slm::convert_checkpoint(src, incl.path(), opt, pool);
+  ASSERT_TRUE(reports.ok()) << reports.error().message();
+  auto a = actions_of(*reports);
+  EXPECT_EQ(a["model.embed_tokens.weight"], "nvfp4");
+  EXPECT_EQ(a["lm_head.weight"], "nvfp4");
+  EXPECT_EQ(a["model.norm.weight"].rfind("kept", 0), 0u);
+  write_dequantized_copy(incl.path(), deq.path(), {"model.embed_tokens"});
+  if (HasFatalFailure()) return;
+  auto run = [&](const fs::path& dir) {
+    auto m = slm::model::load(dir);
+    EXPECT_TRUE(m.ok()) << m.error().message();
+    std::vector<float> out;
+    if (!m.ok()) return out;
+    std::vector<std::int32_t> ids;
+    for (std::int32_t i = 0; i < 16; ++i) ids.push_back((i * 53 + 7) % static_cast<std::int32_t>(m->vocab()));
+    slm::compute_context cx{pool};
+    out.resize(ids.size() * m->vocab());
+    auto s = m->new_session();
+    EXPECT_TRUE(s.forward(ids, ids.size(), out.data(), cx).ok());
+    return out;
+  };
+  const auto ref = run(plain.path()), got = run(incl.path()), same = run(deq.path());
+  ASSERT_EQ(got.size(), ref.size());
+  ASSERT_EQ(same.size(), ref.size());
+  const double err = slm_test::rel_err(got.data(), ref.data(), ref.size());
+  std::printf("[ figures  ] llama golden NVFP4 + embed_tokens/lm_head vs NVFP4: %.3e x max|logit|\n", err);
+  EXPECT_GT(err, 0.0);
+  EXPECT_LT(err, 0.5);  // measured 0.167 (random weights, hidden 128); a broken layout gives O(1)
+  EXPECT_EQ(slm_test::max_abs_diff(same.data(), got.data(), got.size()), 0.0);  // rows = dequantize() rows exactly
 }

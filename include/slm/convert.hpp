@@ -21,7 +21,11 @@
 // lm_head / output heads (`output_layer`), norms, routers and MoE gates, the DSA
 // lightning indexer (its top-k choice decides what every head attends to, and a flipped
 // choice is not a small error), nanochat's mHC branch scorer, modules matching an
-// exclude pattern, and matrices whose K is not a multiple of the block. The report
+// exclude pattern, and matrices whose K is not a multiple of the block. An include
+// pattern overrides only the first two: a small model whose embeddings and head are
+// most of its bytes may quantize them (embedding_include_patterns() names them; the
+// loaders gather embedding rows through dequantize_row, which reads every format);
+// norms, routers, the indexer, mHC scorers and an exclude match stay as they are. The report
 // says, per tensor, what was done and the error it introduced (relative RMS and max
 // absolute error of the dequantized weight against the original).
 //
@@ -55,6 +59,9 @@ namespace slm {
 struct convert_options {
   weight_format format = weight_format::nvfp4;  // nvfp4, mxfp4, fp8_e4m3 or bf16
   std::vector<std::string> exclude;               // module patterns to keep (shell wildcards)
+  // Module patterns (shell wildcards, matched as `exclude`) quantized although they are an
+  // embedding or an output head; exclude wins over include.
+  std::vector<std::string> include;
   mxfp4_scale_rule mxfp4_rule = mxfp4_scale_rule::ceil;  // nothing clips (Triton / ModelOpt)
   const cancellation* cancel = nullptr;
 };
@@ -66,6 +73,16 @@ struct tensor_report {
   double max_abs_error = 0;
   std::uint64_t bytes_in = 0, bytes_out = 0;
 };
+
+// The input embeddings and output heads of the supported families, for include
+// (`slm quantize --quantize-embeddings`): Megatron/NAM56R `embedding.word_embeddings`,
+// the n-gram hash table `embedding.cppmega_ngram_hash.unified_table` and `output_layer`;
+// Hugging Face `model.embed_tokens` and `lm_head`. Not among them: nanochat's
+// `transformer.wte` (an include pattern of its own can take it) and NAM56R's structure
+// tables (`stacked_emb`), which load as floats only: a quantized one is a load error.
+inline std::vector<std::string> embedding_include_patterns() {
+  return {"*word_embeddings", "*embed_tokens", "*output_layer", "*lm_head", "*unified_table"};
+}
 
 // Called after each tensor: (report, tensors done, tensors total).
 using convert_progress = std::function<void(const tensor_report&, std::size_t, std::size_t)>;
@@ -87,16 +104,18 @@ inline weight_name split_weight_name(std::string_view name) {
 }
 
 // Why a weight stays in high precision, or empty if it is quantized.
+// `includes` holds opt.include as exclude patterns (the same matching rules).
 inline std::string keep_reason(const std::string& name, const safetensors::tensor_info& t, const convert_options& opt,
-                               const quant_config& excludes) {
+                               const quant_config& excludes, const quant_config& includes = {}) {
   if (t.type != dtype::f32 && t.type != dtype::bf16 && t.type != dtype::f16) return "not a floating tensor";
   const weight_name wn = split_weight_name(name);
   if (t.shape.rank() != 2 || !wn.ok) return "not a linear weight";
   const std::string& module = wn.module;
   const std::string_view last = std::string_view(module).substr(module.rfind('.') == std::string::npos ? 0 : module.rfind('.') + 1);
   auto has = [&](std::string_view s) { return module.find(s) != std::string::npos; };
-  if (has("embed") || last == "wte" || last == "wpe") return "embedding";
-  if (last == "lm_head" || last == "output" || last == "output_layer" || has("lm_head")) return "output head";
+  const bool included = !includes.exclude.empty() && includes.is_excluded(module);
+  if (!included && (has("embed") || last == "wte" || last == "wpe")) return "embedding";
+  if (!included && (last == "lm_head" || last == "output" || last == "output_layer" || has("lm_head"))) return "output head";
   if (has("norm") || last.substr(0, 3) == "ln_") return "norm";
   if (last == "gate" || last == "router" || has("router")) return "router";
   if (has("indexer")) return "DSA indexer";
@@ -223,8 +242,9 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
   if (ec) return make_error(errc::io_error, out.string(), ": cannot create: ", ec.message());
   if (std::filesystem::equivalent(in, out, ec)) return make_error(errc::invalid_argument, "--out must differ from --in");
 
-  quant_config excludes;
+  quant_config excludes, includes;
   excludes.exclude = opt.exclude;
+  includes.exclude = opt.include;
   const bool quantizing = opt.format != weight_format::bf16;
   std::vector<tensor_report> reports;
   std::vector<std::string> kept_modules;
@@ -245,7 +265,7 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
       if (!ck->find(t.name)) continue;  // not in the index's weight_map
       job j{&t, {}};
       if (quantizing) {
-        j.keep = detail::keep_reason(t.name, t, opt, excludes);
+        j.keep = detail::keep_reason(t.name, t, opt, excludes, includes);
       } else if (t.type == dtype::f32 || t.type == dtype::f16) {
         j.keep = "";  // becomes BF16
       } else {
