@@ -843,6 +843,27 @@ class NAM56R(nn.Module):
                        "indexer": out["indexer"].detach()}
 
 
+def specialist_config(vocab, max_pos):
+    """The bundled specialist's shape (models/nam56r-cpp-14m): about 13.6M parameters at
+    vocab 8192 (d 256, 12 layers AEMEAEMEAEMR: 3 MLA of which 2 DSA, 5 MoE of 16 experts
+    top-4 + shared expert, 3 Mamba-3 MIMO, 1 M2RNN; n-gram hash; one MTP depth)."""
+    return {
+        "model_type": "nam56r", "format_version": 1, "vocab_size": vocab,
+        "padded_vocab_size": (vocab + 63) // 64 * 64,
+        "hidden_size": 256, "num_layers": 12, "hybrid_pattern": "AEMEAEMEAEMR", "dsa_a_layer_ranks": [1, 2],
+        "mtp_num_layers": 1, "layernorm_epsilon": 1e-5, "max_position_embeddings": max_pos, "ffn_hidden_size": 512,
+        "activation": "gelu", "num_attention_heads": 4, "q_lora_rank": 96, "kv_lora_rank": 64, "qk_head_dim": 32,
+        "qk_pos_emb_head_dim": 32, "v_head_dim": 32, "rotary_base": 10000.0, "dsa_indexer_n_heads": 4,
+        "dsa_indexer_head_dim": 32, "dsa_indexer_topk": 128, "dsa_index_cache": "off",
+        "num_moe_experts": 16, "moe_router_topk": 4, "moe_ffn_hidden_size": 128,
+        "moe_shared_expert_intermediate_size": 256, "moe_router_score_function": "softmax", "mamba_state_dim": 32,
+        "mamba_head_dim": 32, "mamba_expand": 2, "mamba_num_groups": 1, "mamba3_mimo_rank": 4,
+        "mamba3_rope_fraction": 0.5, "mamba3_a_floor": 1e-4, "mamba3_a_activation": "softplus",
+        "m2rnn_k_head_dim": 32, "m2rnn_v_head_dim": 16, "m2rnn_num_heads": 4, "m2rnn_conv_kernel": 4,
+        "ngram_hash": {"orders": [2, 3], "num_heads": 4, "table_size": 8192, "embed_dim": 16},
+    }
+
+
 def count_params(model):
     return sum(p.numel() for p in model.parameters())
 

@@ -337,21 +337,8 @@ def mtp_self_check():
 
 
 def train_config_15m():
-    """About 15M parameters (d 256, 12 layers AEMEAEMEAEMR, 16 experts top-4, vocab 16384)."""
-    return {
-        "model_type": "nam56r", "format_version": 1, "vocab_size": 16384, "padded_vocab_size": 16384,
-        "hidden_size": 256, "num_layers": 12, "hybrid_pattern": "AEMEAEMEAEMR", "dsa_a_layer_ranks": [1, 2],
-        "mtp_num_layers": 1, "layernorm_epsilon": 1e-5, "max_position_embeddings": 2048, "ffn_hidden_size": 512,
-        "activation": "gelu", "num_attention_heads": 4, "q_lora_rank": 96, "kv_lora_rank": 64, "qk_head_dim": 32,
-        "qk_pos_emb_head_dim": 32, "v_head_dim": 32, "rotary_base": 10000.0, "dsa_indexer_n_heads": 4,
-        "dsa_indexer_head_dim": 32, "dsa_indexer_topk": 128, "dsa_index_cache": "off",
-        "num_moe_experts": 16, "moe_router_topk": 4, "moe_ffn_hidden_size": 128,
-        "moe_shared_expert_intermediate_size": 256, "moe_router_score_function": "softmax", "mamba_state_dim": 32,
-        "mamba_head_dim": 32, "mamba_expand": 2, "mamba_num_groups": 1, "mamba3_mimo_rank": 4,
-        "mamba3_rope_fraction": 0.5, "mamba3_a_floor": 1e-4, "mamba3_a_activation": "softplus",
-        "m2rnn_k_head_dim": 32, "m2rnn_v_head_dim": 16, "m2rnn_num_heads": 4, "m2rnn_conv_kernel": 4,
-        "ngram_hash": {"orders": [2, 3], "num_heads": 4, "table_size": 8192, "embed_dim": 16},
-    }
+    """About 18M parameters (the bundled specialist's shape at vocab 16384, context 2048)."""
+    return nt.specialist_config(16384, 2048)
 
 
 def smoke_data(n_tokens, vocab, seed=0, walk_seed=None):
