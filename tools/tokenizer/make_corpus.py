@@ -39,6 +39,14 @@ SHEBANG = re.compile(rb'^#!\s*(/usr)?/bin/(env\s+)?(ba|da)?sh\b')
 APT_PACKAGES = ['libboost1.81-dev', 'libeigen3-dev', 'qtbase5-dev', 'qt6-base-dev',
                 'libclang-14-dev', 'libfmt-dev', 'nlohmann-json3-dev', 'libabsl-dev',
                 'libspdlog-dev', 'catch2', 'libopencv-core-dev']
+# Shell-rich packages (sh / bash scripts, completions, maintainer-style helpers) for the
+# shell specialist; fetched with --apt-download like the header packages.
+APT_SHELL_PACKAGES = ['bash-completion', 'devscripts', 'dkms', 'libtool', 'initramfs-tools-core',
+                      'dracut-core', 'debootstrap', 'grub-common', 'neofetch', 'autotools-dev',
+                      'bash-doc', 'shunit2', 'xdg-utils', 'pbuilder', 'byobu', 'git',
+                      'live-build', 'cloud-init', 'zram-tools', 'firejail']
+BASH_COMPLETION = '/bash-completion/completions/'
+MAINTAINER_SCRIPT = re.compile(r'^([a-z0-9][a-z0-9+.-]+)(:[a-z0-9]+)?\.(preinst|postinst|prerm|postrm|config)$')
 
 MB = 1 << 20
 # (source name, category, budget small, budget large)
@@ -71,16 +79,34 @@ def is_cpp_header(path, under_cxx_std):
     return under_cxx_std and '.' not in base
 
 
+def is_shell(p):
+    """A #!/bin/sh or bash script, or a bash completion file (bash code without a shebang)."""
+    if BASH_COMPLETION in p:
+        return True
+    try:
+        with open(p, 'rb') as fh:
+            head = fh.read(64)
+    except OSError:
+        return False
+    return bool(SHEBANG.match(head))
+
+
 def shell_candidates(roots):
     for root in roots:
         for p in walk(root):
-            try:
-                with open(p, 'rb') as fh:
-                    head = fh.read(64)
-            except OSError:
-                continue
-            if SHEBANG.match(head):
+            if is_shell(p):
                 yield p
+
+
+def maintainer_scripts(info='/var/lib/dpkg/info'):
+    """Debian maintainer scripts (postinst, ...): shell, owned by the package they name."""
+    if not os.path.isdir(info):
+        return
+    for f in sorted(os.listdir(info)):
+        m = MAINTAINER_SCRIPT.match(f)
+        p = os.path.join(info, f)
+        if m and is_shell(p):
+            yield p, m.group(1)
 
 
 def candidates(args):
@@ -114,20 +140,28 @@ def candidates(args):
                 continue
             if p.endswith('.cmake') or os.path.basename(p) == 'CMakeLists.txt':
                 yield 'cmake_other', p, None
-    for p in shell_candidates(('/usr/bin', '/usr/sbin', '/usr/share', '/etc')):
+    for p in shell_candidates(('/usr/bin', '/usr/sbin', '/usr/share', '/etc', '/usr/lib', '/usr/libexec')):
         yield 'shell', p, None
+    versions = None
+    for p, pkg in maintainer_scripts():
+        if versions is None:
+            versions = dpkg_versions({m.group(1) for m in (MAINTAINER_SCRIPT.match(f) for f in
+                                      os.listdir('/var/lib/dpkg/info')) if m})
+        yield 'shell', p, (pkg, versions.get(pkg, ''))
     if args.apt_download:
-        for pkg, ver, root in fetch_apt(args):
+        for pkg, ver, root in fetch_apt(args, args.apt_packages.split(',') + args.apt_shell_packages.split(',')):
             for p in walk(root):
                 if p.endswith('.cmake') or os.path.basename(p) == 'CMakeLists.txt':
                     yield 'cmake_other', p, (pkg, ver)
                 elif is_cpp_header(p, '/include/' in p):
                     yield 'other_cpp', p, (pkg, ver)
+                elif is_shell(p):
+                    yield 'shell', p, (pkg, ver)
 
 
-def fetch_apt(args):
+def fetch_apt(args, packages):
     os.makedirs(args.apt_cache, exist_ok=True)
-    for pkg in args.apt_packages.split(','):
+    for pkg in packages:
         debs = [f for f in os.listdir(args.apt_cache) if f.startswith(pkg + '_') and f.endswith('.deb')]
         if not debs:
             r = subprocess.run(['apt-get', 'download', pkg], cwd=args.apt_cache,
@@ -206,6 +240,7 @@ def main():
     ap.add_argument('--apt-download', action='store_true',
                     help='also apt-get download + dpkg -x the header packages in --apt-packages')
     ap.add_argument('--apt-packages', default=','.join(APT_PACKAGES))
+    ap.add_argument('--apt-shell-packages', default=','.join(APT_SHELL_PACKAGES))
     ap.add_argument('--apt-cache', default='/work/tokcorpus/apt')
     args = ap.parse_args()
     max_file = (args.max_file_kb or (200 if args.size == 'small' else 2048)) * 1024

@@ -226,7 +226,13 @@ def train_run(cfg, stream, args, seconds, optimizer, seed, dev, resume=None, log
     base = [[g["lr"] for g in o.param_groups] for o in opts]
     if dev == "cuda":
         nt.cuda_graph_m2rnn(model, args.batch, args.T)
-    data = torch.from_numpy(stream.astype(np.int32)).to(dev)
+    # stream: one token array, or [(array, weight)] per domain (each row of a batch picks a
+    # domain by weight, then a window inside that domain's stream)
+    parts_ = stream if isinstance(stream, list) else [(stream, 1.0)]
+    data = torch.from_numpy(np.concatenate([a for a, _ in parts_]).astype(np.int32)).to(dev)
+    lens = torch.tensor([len(a) for a, _ in parts_], dtype=torch.float64)
+    offs0 = torch.cumsum(torch.cat([torch.zeros(1, dtype=torch.float64), lens[:-1]]), 0)
+    wts = torch.tensor([w for _, w in parts_], dtype=torch.float64)
     g = torch.Generator(device="cpu").manual_seed(seed + 1 + step0)
     T, B = args.T, args.batch
     offs = torch.arange(T + 1, device=dev)
@@ -234,13 +240,14 @@ def train_run(cfg, stream, args, seconds, optimizer, seed, dev, resume=None, log
     rate_t, rate_tok = None, 0
     while True:
         el = time.time() - t0
-        if el >= seconds:
+        if el >= seconds or (args.max_tokens and tokens >= args.max_tokens):
             break
-        mult = lr_multiplier((offset + el) / total)
+        mult = lr_multiplier(tokens / args.max_tokens if args.max_tokens else (offset + el) / total)
         for o, lrs in zip(opts, base):
             for grp, lr in zip(o.param_groups, lrs):
                 grp["lr"] = lr * mult
-        starts = torch.randint(0, data.numel() - T - 1, (B,), generator=g).to(dev)
+        dom = torch.multinomial(wts, B, replacement=True, generator=g)
+        starts = (offs0[dom] + torch.floor(torch.rand(B, generator=g, dtype=torch.float64) * (lens[dom] - T - 1))).long().to(dev)
         x = data[starts[:, None] + offs[None, :]].long()
         with torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=dev == "cuda", cache_enabled=False):
             loss, parts = model.loss(x)
@@ -375,7 +382,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--domain", default="cpp")
+    ap.add_argument("--domain", default="cpp", help="a category, or several comma-separated (a generalist)")
+    ap.add_argument("--domain-weights", default="", help="comma-separated sampling weights (default: equal)")
+    ap.add_argument("--max-train-mb", type=float, default=0.0, help="per domain: train files up to this many MB (hash order)")
+    ap.add_argument("--max-tokens", type=float, default=0.0, help="a token budget instead of --minutes (the schedule follows it)")
+    ap.add_argument("--d-model", type=int, default=256)
+    ap.add_argument("--eval-domains", default="cpp,cmake,shell")
+    ap.add_argument("--no-samples", action="store_true")
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--tokenizer", help="use this tokenizer.json instead of training one")
     ap.add_argument("--tokenizer-mb", type=float, default=60.0, help="C++ text the tokenizer trains on (plus all CMake/shell)")
@@ -407,8 +420,19 @@ def main():
     manifest, corpus = load_corpus(args.corpus)
     report["corpus"] = {"packed_by": manifest.get("packed_by"), "created_by": manifest.get("created_by"),
                         "totals": manifest.get("totals"), "packages": len({f["package"] for f in manifest["files"]})}
-    train_docs = corpus[("train", args.domain)]
-    held_docs = corpus[("heldout", args.domain)]
+    domains = args.domain.split(",")
+    weights = [float(w) for w in args.domain_weights.split(",")] if args.domain_weights else [1.0] * len(domains)
+    train_by = {}
+    for d in domains:
+        docs, mb = [], 0.0
+        for name, text in corpus[("train", d)]:
+            if args.max_train_mb and mb + len(text) / 1e6 > args.max_train_mb:
+                continue
+            docs.append((name, text))
+            mb += len(text) / 1e6
+        train_by[d] = docs
+    train_docs = [x for d in domains for x in train_by[d]]
+    held_docs = corpus[("heldout", domains[0])]
     if args.smoke:
         rng = random.Random(0)
         train_docs = rng.sample(train_docs, min(len(train_docs), 3000))
@@ -441,15 +465,25 @@ def main():
     log("tokenizer: vocab %d, %.0f s" % (V, time.time() - t0))
 
     t0 = time.time()
-    stream, sstats = build_stream(tok, train_docs, args.fim_rate, args.seed + args.data_epoch, args.spm_rate)
+    streams, sstats = [], {}
+    for d, w in zip(domains, weights):
+        st_d, ss = build_stream(tok, train_by[d], args.fim_rate, args.seed + args.data_epoch, args.spm_rate)
+        streams.append((st_d, w))
+        sstats[d] = {"tokens": int(len(st_d)), "files": len(train_by[d]), "bytes": sum(len(t.encode()) for _, t in train_by[d]),
+                     "weight": w, **ss}
+    stream = streams if len(streams) > 1 else streams[0][0]
     held, _ = build_stream(tok, held_docs, 0.0, args.seed)
-    train_bytes = sum(len(t.encode()) for _, t in train_docs)
-    report["data"] = {"train_tokens": int(len(stream)), "train_bytes": train_bytes, "heldout_tokens": int(len(held)),
-                      "bytes_per_token": train_bytes / len(stream), **sstats, "fim_rate": args.fim_rate,
-                      "seconds": time.time() - t0}
+    held_by = {d: build_stream(tok, corpus[("heldout", d)], 0.0, args.seed)[0]
+               for d in args.eval_domains.split(",") if ("heldout", d) in corpus}
+    train_bytes = sum(v["bytes"] for v in sstats.values())
+    train_tokens = sum(v["tokens"] for v in sstats.values())
+    report["data"] = {"train_tokens": train_tokens, "train_bytes": train_bytes, "heldout_tokens": int(len(held)),
+                      "bytes_per_token": train_bytes / train_tokens, "domains": sstats, "fim_rate": args.fim_rate,
+                      "spm_rate": args.spm_rate, "seconds": time.time() - t0}
     log("data: " + json.dumps(report["data"]))
 
     cfg = nt.specialist_config(V, args.T)
+    cfg["hidden_size"] = args.d_model
     report["config"] = cfg
     if args.smoke:
         results = {}
@@ -486,13 +520,14 @@ def main():
     ev = {"bf16_autocast": evaluate(model, held, tbytes, args.T, dev, autocast=dev == "cuda")}
     ref = rounded_bf16_copy(model, cfg, dev)
     ev["f32_on_bf16_weights"] = evaluate(ref, held, tbytes, args.T, dev, autocast=False)
+    ev["by_domain"] = {d: evaluate(ref, h, tbytes, args.T, dev, autocast=False, max_windows=128) for d, h in held_by.items()}
     ev["fim_psm"] = fim_eval(ref, tok, held_docs, dev, T=args.T, order="psm")
     ev["fim_spm"] = fim_eval(ref, tok, held_docs, dev, T=args.T, order="spm")
     report["eval"] = ev
     log("eval: " + json.dumps(ev) + " (%.0f s)" % (time.time() - t0))
     prompts = ["#include <vector>\n\ntemplate <typename T>\nclass", "// Returns the sum of the elements.\nint sum(const std::vector<int>& v) {\n",
                "namespace detail {\n\n"]
-    report["samples"] = [{"prompt": p, "greedy": sample(ref, tok, p, 60, dev, T=args.T),
+    report["samples"] = [] if args.no_samples else [{"prompt": p, "greedy": sample(ref, tok, p, 60, dev, T=args.T),
                           "t0.7": sample(ref, tok, p, 60, dev, T=args.T, temperature=0.7)} for p in prompts[:2]]
     for s in report["samples"]:
         log("---- greedy ----\n" + s["greedy"] + "\n---- t=0.7 ----\n" + s["t0.7"])
