@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "slm/convert.hpp"
+#include "slm/ensemble/ensemble.hpp"
 #include "slm/kernel_bench.hpp"
 #include "slm/nam56r.hpp"
 #include "slm/nanochat.hpp"
@@ -173,6 +174,17 @@ int cmd_inspect(const args& a) {
   const std::filesystem::path path{std::string(model)};
   const bool list = !a.has("no-tensors");
   std::error_code ec;
+  if (path.extension() == ".json" && std::filesystem::is_regular_file(path, ec)) {  // an ensemble.json
+    auto cfg = slm::ensemble::ensemble_config::load(path);
+    if (!cfg.ok()) return fail(cfg.error());
+    auto reg = slm::ensemble::registry::from_config(*cfg);
+    if (!reg.ok()) return fail(reg.error());
+    std::printf("ensemble  %s: router %s, strategy %s\n", path.string().c_str(),
+                std::string(slm::ensemble::to_string(cfg->router.kind)).c_str(),
+                std::string(slm::ensemble::to_string(cfg->strategy.kind)).c_str());
+    for (const std::string& line : reg->inspect()) std::printf("%s\n", line.c_str());
+    return 0;
+  }
   if (std::filesystem::is_regular_file(path, ec)) {
     auto f = slm::safetensors::file::open(path);
     if (!f.ok()) return fail(f.error());
@@ -1079,6 +1091,212 @@ int cmd_bench(const args& a) {
   return 0;
 }
 
+// ---- slm ensemble ----
+
+slm::result<slm::ensemble::strategy_kind> parse_strategy(std::string_view s) {
+  using k = slm::ensemble::strategy_kind;
+  for (k v : {k::top1, k::top2, k::cascade, k::vote, k::refine, k::mix, k::speculative})
+    if (slm::ensemble::to_string(v) == s) return v;
+  return slm::make_error(slm::errc::invalid_argument, "--strategy must be top1, top2, mix, cascade, vote, refine or ",
+                         "speculative, not '", s, "'");
+}
+
+// Files under DIR/<label>/ for route --data: label, path.
+std::vector<std::pair<std::string, std::filesystem::path>> labeled_files(const std::filesystem::path& root) {
+  std::vector<std::pair<std::string, std::filesystem::path>> out;
+  std::error_code ec;
+  for (const auto& d : std::filesystem::directory_iterator(root, ec)) {
+    if (!d.is_directory(ec)) continue;
+    for (const auto& f : std::filesystem::directory_iterator(d.path(), ec))
+      if (f.is_regular_file(ec)) out.emplace_back(d.path().filename().string(), f.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// slm ensemble route: where each file would go (and, with --data DIR/<domain>/FILES, the
+// router's accuracy per domain).
+int cmd_ensemble_route(const args& a, const slm::ensemble::ensemble& e, slm::compute_context& cx) {
+  std::vector<std::pair<std::string, std::filesystem::path>> files;
+  if (a.has("data")) {
+    files = labeled_files(std::filesystem::path(std::string(a.get("data"))));
+    if (files.empty()) return usage_error(slm::cat("--data ", a.get("data"), ": no files under DIR/<domain>/"));
+  }
+  for (std::size_t i = 1; i < a.positional.size(); ++i) files.emplace_back("", std::filesystem::path(std::string(a.positional[i])));
+  if (files.empty()) return usage_error("ensemble route needs files (or --data DIR with DIR/<domain>/FILES)");
+  const bool names = !a.has("content-only");
+  const auto& members = e.config().members;
+  std::vector<std::string> domains;
+  std::vector<std::size_t> right, total;
+  for (const auto& [label, path] : files) {
+    auto text = slm::read_text_file(path, std::size_t{64} << 20);
+    if (!text.ok()) return fail(text.error());
+    const std::string name = path.filename().string();
+    auto d = e.route(slm::ensemble::route_request{*text, names ? std::string_view(name) : std::string_view{}}, cx);
+    if (!d.ok()) return fail(std::move(d).take_error().with_context(path.string()));
+    const auto& m = members[d->best()];
+    std::printf("%s -> %s (%s)\n", path.string().c_str(), m.name.c_str(), d->reason.c_str());
+    if (label.empty()) continue;
+    auto it = std::find(domains.begin(), domains.end(), label);
+    if (it == domains.end()) {
+      domains.push_back(label);
+      right.push_back(0);
+      total.push_back(0);
+      it = domains.end() - 1;
+    }
+    const std::size_t k = static_cast<std::size_t>(it - domains.begin());
+    ++total[k];
+    right[k] += m.domain == label;
+  }
+  std::size_t all_right = 0, all = 0;
+  for (std::size_t k = 0; k < domains.size(); ++k) {
+    std::printf("accuracy %-8s %zu/%zu = %.3f\n", domains[k].c_str(), right[k], total[k],
+                static_cast<double>(right[k]) / static_cast<double>(total[k]));
+    all_right += right[k];
+    all += total[k];
+  }
+  if (all) std::printf("accuracy %-8s %zu/%zu = %.3f\n", "all", all_right, all, static_cast<double>(all_right) / static_cast<double>(all));
+  return 0;
+}
+
+// slm ensemble train-router: the classifier router from DIR/<domain>/FILES.
+int cmd_ensemble_train_router(const args& a) {
+  const std::string_view data = a.get("data"), out = a.get("out");
+  if (data.empty() || out.empty()) return usage_error("ensemble train-router needs --data DIR (DIR/<domain>/FILES) and --out FILE");
+  auto n = parse_count(a, "max-files", 600);
+  if (!n.ok()) return usage_error(n.error().message());
+  auto r = slm::ensemble::train_classifier_from_directory(std::filesystem::path(std::string(data)), *n, {});
+  if (!r.ok()) return fail(r.error());
+  if (auto s = r->save(std::filesystem::path(std::string(out))); !s.ok()) return fail(s);
+  std::printf("wrote %.*s: labels", static_cast<int>(out.size()), out.data());
+  for (const std::string& l : r->labels()) std::printf(" %s", l.c_str());
+  std::printf("\n");
+  return 0;
+}
+
+// slm ensemble calibrate: per-member temperatures (fit_temperature) and mixture weights
+// (EM) on held-out text, printed as the ensemble.json values to paste.
+int cmd_ensemble_calibrate(const args& a, const slm::ensemble::ensemble& e, slm::compute_context& cx) {
+  std::vector<std::filesystem::path> files;
+  if (a.has("data")) {  // round robin over the domains, so a token budget samples each alike
+    std::vector<std::vector<std::filesystem::path>> by_label;
+    std::string last;
+    for (auto& [label, path] : labeled_files(std::filesystem::path(std::string(a.get("data"))))) {
+      if (by_label.empty() || label != last) by_label.emplace_back(), last = label;
+      by_label.back().push_back(path);
+    }
+    for (std::size_t k = 0, added = 1; added; ++k) {
+      added = 0;
+      for (const auto& l : by_label)
+        if (k < l.size()) files.push_back(l[k]), ++added;
+    }
+  }
+  for (std::size_t i = 1; i < a.positional.size(); ++i) files.emplace_back(std::string(a.positional[i]));
+  if (files.empty()) return usage_error("ensemble calibrate needs held-out files (FILE... or --data DIR/<domain>/FILES)");
+  auto cap = parse_count(a, "max-tokens", 2048);
+  if (!cap.ok() || *cap < 2) return usage_error("--max-tokens needs an integer >= 2");
+  const auto& members = e.config().members;
+  std::vector<double> log_probs;  // [tokens, members] at each member's fitted temperature
+  std::size_t tokens = 0;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    auto held = e.members().acquire(i);
+    if (!held.ok()) return fail(held.error());
+    const slm::ensemble::member_ref m = (*held)->view();
+    slm::ensemble::heldout_rows rows;
+    rows.vocab = std::min(m.model->vocab(), m.tok->vocab_size());
+    // The same token budget per member: files in order, each file's ids, until the cap
+    // (members sharing a tokenizer then score exactly the same tokens).
+    for (const auto& f : files) {
+      if (rows.size() + 1 >= *cap) break;
+      auto text = slm::read_text_file(f, std::size_t{64} << 20);
+      if (!text.ok()) return fail(text.error());
+      auto ids = m.tok->encode(*text);
+      if (!ids.ok()) return fail(ids.error());
+      const std::size_t take = std::min(ids->size(), *cap - rows.size());
+      if (take < 2) continue;
+      if (auto st = rows.append(*m.model, std::span<const std::int32_t>(ids->data(), take), cx); !st.ok()) return fail(st);
+    }
+    auto fit = slm::ensemble::fit_temperature(rows);
+    if (!fit.ok()) return fail(fit.error());
+    std::printf("member %-8s temperature %.3f  (%zu tokens; NLL %.4f nats/token at T 1, %.4f at T %.3f%s)\n",
+                members[i].name.c_str(), fit->temperature, rows.size(), fit->nll_at_1, fit->nll, fit->temperature,
+                fit->at_bound ? ", at the search bound" : "");
+    if (i == 0) {
+      tokens = rows.size();
+      log_probs.assign(tokens * members.size(), 0.0);
+    }
+    if (rows.size() != tokens) {
+      std::printf("members tokenise the text differently (%zu vs %zu tokens): no mixture weights\n", rows.size(), tokens);
+      return 0;
+    }
+    rows.target_log_probs(fit->temperature, i, members.size(), log_probs);
+  }
+  auto w = slm::ensemble::fit_mixture_weights(log_probs, members.size());
+  if (!w.ok()) return fail(w.error());
+  std::printf("mixture weights (EM, calibrated members): mean log-likelihood %.4f nats/token\n  \"weights\": {",
+              w->mean_log_likelihood);
+  for (std::size_t i = 0; i < members.size(); ++i)
+    std::printf("%s\"%s\": %.4f", i ? ", " : "", members[i].name.c_str(), w->weights[i]);
+  std::printf("}\n");
+  return 0;
+}
+
+int cmd_ensemble(const args& a) {
+  const std::string_view sub = a.positional.empty() ? std::string_view("run") : a.positional[0];
+  if (sub == "train-router") return cmd_ensemble_train_router(a);
+  if (sub != "run" && sub != "route" && sub != "calibrate")
+    return usage_error(slm::cat("unknown ensemble subcommand '", sub, "' (run, route, calibrate, train-router)"));
+  const std::string_view config = a.get("config");
+  if (config.empty()) return usage_error("ensemble needs --config FILE (an ensemble.json)");
+  auto opt = parse_run_options(a);
+  if (!opt.ok()) return usage_error(opt.error().message());
+  auto pool = make_pool(a);
+  if (!pool.ok()) return usage_error(pool.error().message());
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  auto e = slm::ensemble::ensemble::load(std::filesystem::path(std::string(config)));
+  if (!e.ok()) return fail(e.error());
+  if (sub == "route") return cmd_ensemble_route(a, *e, cx);
+  if (sub == "calibrate") return cmd_ensemble_calibrate(a, *e, cx);
+
+  std::string prompt(a.get("prompt")), file_name(a.get("file"));
+  if (a.has("prompt-file")) {
+    if (a.has("prompt")) return usage_error("give --prompt or --prompt-file, not both");
+    const std::filesystem::path pf{std::string(a.get("prompt-file"))};
+    auto t = slm::read_text_file(pf, std::size_t{64} << 20);
+    if (!t.ok()) return fail(t.error());
+    prompt = std::move(*t);
+    if (file_name.empty()) file_name = pf.filename().string();
+  }
+  if (prompt.empty()) return usage_error("ensemble needs --prompt TEXT or --prompt-file FILE");
+  auto n = parse_count(a, "tokens", 128);
+  if (!n.ok()) return usage_error(slm::cat(n.error().message(), " (-n)"));
+  auto sampling = parse_sampling(a, nullptr);
+  if (!sampling.ok()) return usage_error(sampling.error().message());
+  slm::ensemble::request q;
+  q.prompt = prompt;
+  q.file_name = file_name;
+  q.max_new_tokens = *n;
+  q.sampling = *sampling;
+  q.stop_strings = a.all("stop");
+  if (a.has("strategy")) {
+    auto k = parse_strategy(a.get("strategy"));
+    if (!k.ok()) return usage_error(k.error().message());
+    q.strategy = *k;
+  }
+  auto r = e->run(q, cx);
+  if (!r.ok()) return fail(r.error());
+  std::fwrite(r->text.data(), 1, r->text.size(), stdout);
+  std::printf("\n");
+  std::fflush(stdout);
+  std::string ran;
+  for (const std::string& m : r->members) ran += (ran.empty() ? "" : ", ") + m;
+  std::fprintf(stderr, "slm ensemble: route %s -> %s\nslm ensemble: %s; ran %s; %zu tokens in %.3f s (routing %.3f s)\n",
+               r->route.reason.c_str(), e->config().members[r->route.best()].name.c_str(), r->detail.c_str(), ran.c_str(),
+               r->tokens, r->seconds, r->route_seconds);
+  return 0;
+}
+
 struct command {
   std::string_view name;
   std::string_view summary;
@@ -1092,6 +1310,7 @@ constexpr command commands[] = {
     {"detokenize", "write the exact bytes of token ids to stdout", cmd_detokenize},
     {"quantize", "convert a checkpoint to NVFP4, MXFP4, FP8 (ModelOpt layout) or BF16", cmd_quantize},
     {"perplexity", "score a model on text: bits per byte, perplexity and top-1 accuracy of the next token", cmd_perplexity},
+    {"ensemble", "route a prompt to the right specialists of an ensemble.json and run its strategy", cmd_ensemble},
     {"bench", "measure a model's prefill/decode speed or the matmul kernels against this machine's limits", cmd_bench},
 };
 
@@ -1103,7 +1322,9 @@ void print_help() {
                 c.summary.data());
   std::printf(
       "\ninspect options:\n"
-      "  --model DIR|FILE   a Hugging Face style model directory or one .safetensors file\n"
+      "  --model DIR|FILE   a Hugging Face style model directory, one .safetensors file, or an\n"
+      "                     ensemble.json (each member's bytes, the total against the budget, and\n"
+      "                     the NAM56R-scale arithmetic of eight specialists)\n"
       "  --no-tensors       print the summary only, not one line per tensor\n"
       "\nlogits options:\n"
       "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...):\n"
@@ -1186,6 +1407,21 @@ void print_help() {
       "  --quantize-embeddings   include the input embeddings and output heads: *word_embeddings,\n"
       "                     *embed_tokens, *output_layer, *lm_head, *unified_table (the n-gram table)\n"
       "  --threads N        worker threads (default: all)\n"
+      "\nensemble options (slm ensemble [run|route|train-router] ...):\n"
+      "  --config FILE      an ensemble.json: members, router, strategy, memory budget\n"
+      "                     (include/slm/ensemble/config.hpp has the schema)\n"
+      "  --prompt TEXT | --prompt-file FILE   the prompt (a file's name also feeds the rules router)\n"
+      "  --file NAME        the file name the prompt belongs to (CMakeLists.txt, x.sh, ...)\n"
+      "  --strategy K       top1, top2, mix, cascade, vote, refine or speculative (default: the\n"
+      "                     config's); cascade and vote give one-line answers\n"
+      "  -n N, --temp T, --top-k K, --top-p P, --seed S, --stop STR, --act A, --threads N   as for run\n"
+      "                     (greedy by default)\n"
+      "  route FILE... | route --data DIR   where each file goes; --data DIR/<domain>/FILES also\n"
+      "                     prints the router's accuracy per domain (--content-only: ignore names)\n"
+      "  calibrate FILE... | calibrate --data DIR [--max-tokens N]   fit each member's temperature\n"
+      "                     and the mixture weights (EM) on held-out text (N tokens, default 2048)\n"
+      "  train-router --data DIR --out FILE [--max-files N]   train the classifier router on\n"
+      "                     DIR/<domain>/FILES (the first 4096 bytes of at most N files per domain)\n"
       "\nbench options:\n"
       "  --model DIR        prefill and decode tok/s of one session, the weight bytes read per\n"
       "                     decode token and their rate against the read-bandwidth probe\n"
@@ -1217,7 +1453,8 @@ int main(int argc, char** argv) {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
-                           key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings";
+                           key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings" ||
+                           key == "content-only";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

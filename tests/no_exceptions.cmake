@@ -18,8 +18,9 @@ run(${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BUILD_DIR} -G ${GENERATOR} -DCMAKE_CX
     -DSLM_INSTALL=OFF -DSLM_USE_OPENMP=ON -DSLM_GOLDEN_DIR=${GOLDEN_DIR}
     # The tests whose code paths differ most without exceptions: errors as values from the
     # parsers and loaders, allocation failure, sessions and their state, the thread pools
-    # (OpenMP here), every model path, and the command-line program (built with the examples).
-    -DSLM_TEST_SET=status,json,thread_pool,safetensors,checkpoint,quant_config,quantize,models,model_config,session_state,nam56r,nanochat,tokenizer,generate)
+    # (OpenMP here), every model path, the ensemble's config and registry, and the
+    # command-line program (built with the examples).
+    -DSLM_TEST_SET=status,json,thread_pool,safetensors,checkpoint,quant_config,quantize,models,model_config,session_state,nam56r,nanochat,tokenizer,generate,ensemble_registry)
 # As many jobs as the machine has cores: this build is most of the test command's time.
 cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
 run(${CMAKE_COMMAND} --build ${BUILD_DIR} --parallel ${_cores})

@@ -392,6 +392,12 @@ class nam56r_model {
   const nam56r_config& config() const noexcept { return cfg_; }
   std::size_t vocab() const noexcept { return cfg_.vocab_size; }
   const checkpoint& weights() const noexcept { return *ck_; }
+  // The output layer on final-normed hidden rows (session::forward's `hidden`, or another
+  // model's mapped into this one's space): [rows, hidden_size] x [hidden_size, vocab()] -> [rows, vocab()].
+  status head_logits(const float* hidden, std::size_t rows, float* logits, compute_context& cx) const {
+    if (rows > 0 && (!hidden || !logits)) return make_error(errc::invalid_argument, "head_logits: a null buffer");
+    return rows > 0 ? head_.apply(hidden, rows, logits, cx) : status{};
+  }
 
   struct layer_row {
     std::size_t index = 0;
@@ -673,24 +679,30 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
 
   // Runs ids at positions position() .. position() + T and writes the logits of the last
   // `rows` tokens ([rows, vocab()]). side: optional structure ids (absent = 0). On any
-  // error the session is as it was before the call.
+  // error the session is as it was before the call. hidden_rows / hidden: optionally also
+  // the final-normed hidden of the last hidden_rows tokens (what the head reads), [hidden_rows,
+  // hidden_size], for maps between models' hidden spaces (ensemble/hidden_map.hpp); rows
+  // may be 0 then, and no logits are computed.
   status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
     return forward(ids, rows, logits, cx, structure_inputs{});
   }
   status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
-                 const structure_inputs& side) {
+                 const structure_inputs& side, std::size_t hidden_rows = 0, float* hidden = nullptr) {
     const nam56r_config& c = m_->cfg_;
     const std::size_t T = ids.size();
     if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
     if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
     if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
+    if (hidden_rows > T)
+      return make_error(errc::invalid_argument, "forward: ", hidden_rows, " hidden rows asked of ", T, " tokens");
+    if (hidden_rows > 0 && !hidden) return make_error(errc::invalid_argument, "forward: hidden is null");
     SLM_TRY(check_ids(ids, "forward"));
     if (pos_ + T > opt_.max_tokens)
       return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
                         opt_.max_tokens);
     SLM_TRY(ensure_caches());
     const std::size_t pos0 = pos_;
-    status s = run(ids, rows, logits, cx, side);
+    status s = run(ids, rows, logits, cx, side, hidden_rows, hidden);
     if (!s.ok()) {
       truncate_main(pos0);
       return s;
@@ -1012,7 +1024,7 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
   }
 
   status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
-             const structure_inputs& side) {
+             const structure_inputs& side, std::size_t hidden_rows, float* hidden) {
     const nam56r_model& m = *m_;
     const nam56r_config& c = m.cfg_;
     const std::size_t T = ids.size(), d = c.hidden_size, pos0 = pos_;
@@ -1072,6 +1084,7 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
       SLM_TRY(st_.hf.resize(std::max(st_.hf.size(), (pos0 + T) * d)));
       std::copy(xn, xn + T * d, st_.hf.data() + pos0 * d);
     }
+    if (hidden_rows > 0) std::copy(xn + (T - hidden_rows) * d, xn + T * d, hidden);
     if (rows > 0) SLM_TRY(m.head_.apply(xn + (T - rows) * d, rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
     return {};
   }

@@ -354,14 +354,14 @@ class tokenizer {
 
   status build(const json::value& doc) {
     if (!doc.is_object()) return make_error(errc::parse_error, "tokenizer.json: the top level is not an object");
-    const json::value& model = doc["model"];
-    if (!model.is_object()) return make_error(errc::parse_error, "tokenizer.json: no \"model\" object");
-    const std::string_view type = model.get_string("type", "BPE");
+    const json::value& bpe_model = doc["model"];
+    if (!bpe_model.is_object()) return make_error(errc::parse_error, "tokenizer.json: no \"model\" object");
+    const std::string_view type = bpe_model.get_string("type", "BPE");
     if (type != "BPE")
       return make_error(errc::unsupported, "tokenizer.json: model type \"", type,
                         "\" is not supported (slm implements BPE: GPT-2 / Llama-3 / Qwen / DeepSeek style)");
     if (status st_ = parse_pre_tokenizer(doc["pre_tokenizer"]); !st_.ok()) return std::move(st_).with_context("pre_tokenizer");
-    if (status st_ = parse_vocab(model); !st_.ok()) return std::move(st_).with_context("model");
+    if (status st_ = parse_vocab(bpe_model); !st_.ok()) return std::move(st_).with_context("model");
     if (status st_ = parse_added(doc["added_tokens"]); !st_.ok()) return std::move(st_).with_context("added_tokens");
     if (status st_ = parse_normalizer(doc["normalizer"]); !st_.ok()) return std::move(st_).with_context("normalizer");
     for (const added_token& a : added_)
@@ -556,8 +556,8 @@ class tokenizer {
     return {};
   }
 
-  status parse_vocab(const json::value& model) {
-    const json::value& vocab = model["vocab"];
+  status parse_vocab(const json::value& bpe_model) {
+    const json::value& vocab = bpe_model["vocab"];
     if (!vocab.is_object()) return make_error(errc::parse_error, "no \"vocab\" object");
     if (vocab.size() > max_vocab) return make_error(errc::out_of_range, vocab.size(), " vocabulary entries (at most ", max_vocab, ")");
     vocab_.reserve(vocab.size());
@@ -568,22 +568,22 @@ class tokenizer {
       if (!vocab_.emplace(m.key, static_cast<std::int32_t>(*id)).second)
         return make_error(errc::parse_error, "vocab entry \"", m.key, "\" appears twice");
     }
-    unk_token_ = std::string(model.get_string("unk_token"));
+    unk_token_ = std::string(bpe_model.get_string("unk_token"));
     if (!unk_token_.empty()) {
       auto it = vocab_.find(unk_token_);
       if (it == vocab_.end()) return make_error(errc::parse_error, "unk_token \"", unk_token_, "\" is not in the vocabulary");
       unk_id_ = it->second;
     }
-    byte_fallback_ = model.get_bool("byte_fallback", false);
-    fuse_unk_ = model.get_bool("fuse_unk", false);
-    ignore_merges_ = model.get_bool("ignore_merges", false);
-    prefix_ = std::string(model.get_string("continuing_subword_prefix"));
-    suffix_ = std::string(model.get_string("end_of_word_suffix"));
+    byte_fallback_ = bpe_model.get_bool("byte_fallback", false);
+    fuse_unk_ = bpe_model.get_bool("fuse_unk", false);
+    ignore_merges_ = bpe_model.get_bool("ignore_merges", false);
+    prefix_ = std::string(bpe_model.get_string("continuing_subword_prefix"));
+    suffix_ = std::string(bpe_model.get_string("end_of_word_suffix"));
     if (byte_mode_ && (!prefix_.empty() || !suffix_.empty() || byte_fallback_))
       return make_error(errc::unsupported, "a byte-level BPE with a continuing-subword prefix, end-of-word suffix or byte fallback");
 
     // Merges: "a b" strings or ["a", "b"] pairs, rank = position.
-    const json::value& merges = model["merges"];
+    const json::value& merges = bpe_model["merges"];
     if (!merges.is_null() && !merges.is_array()) return make_error(errc::parse_error, "\"merges\" is not an array");
     merges_.reserve(merges.size());
     std::uint32_t rank = 0;
