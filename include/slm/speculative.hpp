@@ -113,6 +113,19 @@ status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std
 // The result is distributed exactly as p. p and q are probabilities over the same
 // vocabulary (each summing to 1); `uniform` returns independent draws in [0, 1).
 // Returns the token to emit; `accepted` says whether it is the draft.
+// A draw from probs (summing to ~1) by the inverse CDF at u in [0, 1), ids in increasing
+// order; zero-probability ids are never drawn (rounding past the end gives the last
+// positive one; -1 only when every probability is 0).
+inline std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept {
+  double c = 0.0;
+  std::int32_t last = -1;
+  for (std::size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
+    if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
+  }
+  return last;
+}
+
 template <class Uniform>
   requires std::is_invocable_r_v<double, Uniform&>
 std::int32_t speculative_accept(std::span<const float> p, std::span<const float> q, std::int32_t token,
@@ -160,16 +173,7 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
   std::vector<std::int32_t> history(prompt.begin(), prompt.end());
   history.insert(history.end(), out.begin(), out.end());
   auto uniform = [&smp] { return smp.generator().uniform(); };
-  auto draw = [&](const std::vector<float>& probs) -> std::int32_t {  // inverse CDF, increasing id
-    const double u = uniform();
-    double c = 0.0;
-    std::int32_t last = -1;
-    for (std::size_t i = 0; i < probs.size(); ++i) {
-      if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
-      if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
-    }
-    return last;
-  };
+  auto draw = [&](const std::vector<float>& probs) { return draw_inverse_cdf(probs, uniform()); };
   SLM_TRY(s.forward(prompt, 1, row.data(), cx));
   ++st.main_forwards;
   auto first = smp.sample(row, history);

@@ -96,16 +96,7 @@ inline result<cross_speculative_result> generate_cross_speculative(const member_
   speculative_stats& st = r.stats;
   sampler smp(o.sampling);
   auto uniform = [&smp] { return smp.generator().uniform(); };
-  auto draw = [&](const std::vector<float>& probs) -> std::int32_t {  // inverse CDF, increasing id
-    const double u = uniform();
-    double c = 0.0;
-    std::int32_t last = -1;
-    for (std::size_t i = 0; i < probs.size(); ++i) {
-      if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
-      if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
-    }
-    return last;
-  };
+  auto draw = [&](const std::vector<float>& probs) { return draw_inverse_cdf(probs, uniform()); };
   std::vector<std::int32_t> history(prompt.begin(), prompt.end());
   std::vector<float> d_row(d_rows), verify, p;
   std::vector<std::vector<float>> q(m_max);

@@ -5,9 +5,10 @@
 //   auto r = e->run(q, cx);      // r->text, r->members (who ran), r->route (why)
 //
 // One request flows straight through:
-//   1. route    the router (config "router") scores the domains (rules, classifier) or the
-//               members (perplexity); a member's score is its domain's score; the members
-//               are ranked by it (ties: config order);
+//   1. route    the router (config "router") scores the domains (rules, classifier, model:
+//               an orchestration member) or the members (perplexity, one member mapped at
+//               a time); a member's score is its domain's score; the members are ranked by
+//               it (ties: config order);
 //   2. acquire  the strategy's members are taken from the registry (lazily mapped, LRU
 //               eviction under the memory budget; held while the request runs, so a member
 //               in use is never unloaded);
@@ -242,6 +243,16 @@ class ensemble {
     return held;
   }
 
+  // The strategies' view of the held members (and their names, for response::members).
+  static std::vector<member_ref> views(const std::vector<held_member>& held, std::vector<std::string>* names) {
+    std::vector<member_ref> refs;
+    for (const auto& m : held) {
+      refs.push_back(m->view());
+      if (names) names->push_back(m->spec.name);
+    }
+    return refs;
+  }
+
   std::size_t member_index(std::string_view name) const { return *cfg_.find(name); }  // validated by config
 
   // Members named by a strategy key ("order"), else the router's ranking.
@@ -333,11 +344,7 @@ class ensemble {
           return make_error(errc::invalid_argument, "mix: strategy.weights gives every member weight 0");
         auto held = acquire(which);
         if (!held.ok()) return std::move(held).take_error();
-        std::vector<member_ref> refs;
-        for (const auto& m : *held) {
-          refs.push_back(m->view());
-          r.members.push_back(m->spec.name);
-        }
+        const std::vector<member_ref> refs = views(*held, &r.members);
         mixture_options mo;
         mo.max_new_tokens = q.max_new_tokens;
         mo.sampling = q.sampling;
@@ -358,8 +365,7 @@ class ensemble {
         const std::vector<std::size_t> order = ordered(d, "order");
         auto held = acquire(order);
         if (!held.ok()) return std::move(held).take_error();
-        std::vector<member_ref> refs;
-        for (const auto& m : *held) refs.push_back(m->view());
+        const std::vector<member_ref> refs = views(*held, nullptr);
         cascade_options co;
         if (p["threshold"].is_number()) co.confidence_threshold = p["threshold"].as_double();
         if (p["agreement"].is_number()) co.agreement_threshold = p["agreement"].as_double();
@@ -379,11 +385,7 @@ class ensemble {
         if (!p["order"].is_array()) std::sort(order.begin(), order.end());  // all members, config order
         auto held = acquire(order);
         if (!held.ok()) return std::move(held).take_error();
-        std::vector<member_ref> refs;
-        for (const auto& m : *held) {
-          refs.push_back(m->view());
-          r.members.push_back(m->spec.name);
-        }
+        const std::vector<member_ref> refs = views(*held, &r.members);
         vote_options vo;
         vo.answer = one_line_answer(q.max_new_tokens);
         vo.answer.sampling = q.sampling;
