@@ -184,12 +184,13 @@ TEST(EnsembleVocabAlign, HandoverRoundTripsExactlyBothWays) {
   ASSERT_TRUE(ba->exact_handover());
   const std::string file = read_file(data_dir + "/nam56r/cpp14m/MachO_arm64.h.txt");
   ASSERT_GT(file.size(), 1000u);
+  static constexpr char nul_text[] = "nul\0byte and \xFF\xFE invalid UTF-8";
   const std::vector<std::string> texts = {
       file,
       "caf\xC3\xA9 \xE2\x82\xAC 10 \xF0\x9F\x98\x80 na\xC3\xAFve\n",  // 2-, 3-, 4-byte UTF-8
       "\tint x;\r\n\tif (x) {\r\n\t\treturn 1;\r\n\t}\r\n",             // tabs, CRLF
       "<BOS> <|bos|> <EOS><|endoftext|> <CODE_START>x<0x41>\xE2\x96\x81y",  // specials-looking text
-      std::string("nul\0byte and \xFF\xFE invalid UTF-8", 31),
+      std::string(nul_text, sizeof nul_text - 1),  // every byte of the literal but its terminator
       "  leading and trailing spaces   ",
       ""};
   const slm::encode_options plain{.add_special_tokens = false, .parse_special = false};
