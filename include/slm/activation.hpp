@@ -4,6 +4,7 @@
 // the function into its loop; `activation` is the tag the config-driven path reads from
 // `hidden_act` (transformers' ACT2FN names) and dispatches once per call.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <concepts>

@@ -16,6 +16,7 @@
 // gqa_attention is Llama/Qwen/Mistral attention: q/k/v projections (biases when the
 // checkpoint has them), optional per-head RMSNorm on q and k (Qwen3), RoPE, attend, o.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

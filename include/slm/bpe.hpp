@@ -13,6 +13,7 @@
 // A loaded table is immutable; the merge loop keeps its scratch in a `bpe_scratch` owned
 // by the caller, so one table serves any number of threads.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstdint>

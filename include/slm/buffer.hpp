@@ -5,6 +5,7 @@
 // which aborts on failure under -fno-exceptions. A floats buffer grows by resize(), which
 // returns out_of_memory as a value and keeps the old contents when it fails.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -13,6 +13,7 @@
 // is copied or even touched. A checkpoint is immutable once opened and can be shared
 // by any number of threads and sessions.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstdint>

@@ -33,6 +33,7 @@
 // tensors are converted and streamed one at a time, so the peak is about one tensor's
 // input in f32 plus its output, not the model.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -25,6 +25,7 @@
 // supports can be forced this way), or set SLM_ISA before the process starts.
 // There is no mutable global state.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstdint>
 #include <cstdlib>

@@ -33,6 +33,7 @@
 // Checkpoint bytes may sit at any alignment (safetensors offsets are arbitrary), so
 // every multi-byte load goes through memcpy.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <array>
 #include <cmath>

@@ -13,6 +13,7 @@
 // chains (Metaspace, ByteFallback, Strip: the first token or a run of byte tokens decode
 // differently from their parts) re-decode the ids so far and hand out the new suffix.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstdint>
 #include <string>

@@ -24,6 +24,7 @@
 // qI . kI unchanged up to rounding: it is skipped. The scoring and the top-k choice are
 // free functions (dsa_index_score, dsa_select_top_k) so tests can feed golden inputs.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -4,6 +4,7 @@
 // byte; everything else is a whole number of bytes. The safetensors tag is the
 // spelling in a file header ("BF16", "F8_E4M3", ...).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstddef>
 #include <cstdint>

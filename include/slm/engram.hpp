@@ -40,6 +40,7 @@
 // errc::invalid_argument; a failure leaves the state untouched (it is advanced only after
 // every product has succeeded).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -11,6 +11,7 @@
 // for a runtime weight_format. A policy states the block geometry, the bytes per row,
 // the exact row dequantization (dequantize.hpp) and the fused kernels (matmul.hpp).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <concepts>
 #include <cstddef>

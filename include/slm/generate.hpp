@@ -20,6 +20,7 @@
 // Threads: a generator belongs to one thread (its session does); cancellation may come
 // from any thread through compute_context::cancel.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -29,6 +29,7 @@
 // headers with tens of thousands of tensors; they are checked for duplicates when they
 // close, so a syntax error later inside one is reported before a duplicate key in it.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -12,6 +12,7 @@
 //                dot probe where the CPU has one; int8 activations: still / f32 FMA, there
 //                is no int8 probe)
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -5,6 +5,7 @@
 // the weight bytes it streams (codes + scales) into the caller's compute context: that
 // count is how tests prove a MoE decode step reads only the experts it selected.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>

@@ -58,6 +58,7 @@
 // chunks) leaves the state advanced through the chunks done (n counts them); the
 // decoder cache below restores the state of before the call.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -66,6 +66,7 @@
 // recurrence for a single token). Re-feeding tokens after a rollback reproduces the
 // original logits bit for bit when the calls have the same shapes.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -65,6 +65,7 @@
 // into model_config / model.hpp is not done here: accepts() / load(model_config) come
 // with the NAM56R config.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

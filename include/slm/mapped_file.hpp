@@ -5,6 +5,7 @@
 // platforms without mmap the file is read into an aligned buffer instead (same API).
 // A mapped_file is immutable after open() and may be shared across threads.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cerrno>
 #include <cstddef>

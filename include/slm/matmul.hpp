@@ -56,6 +56,7 @@
 // activations (AVX-512 BF16 vdpbf16ps, nvfp4 / mxfp4 / bf16) in matmul_bf16.hpp; both
 // are included at the end of this file, as is matmul_neon.hpp on AArch64.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

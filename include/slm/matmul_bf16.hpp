@@ -50,6 +50,7 @@
 //   bf16_activations_accelerated(which) says whether the vdpbf16ps kernels would run.
 // Determinism: as matmul.hpp, results are bit-identical for any thread count.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

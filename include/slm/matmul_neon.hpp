@@ -40,6 +40,7 @@
 // Performance has not been measured on AArch64 hardware (the project's CI runs these
 // kernels under qemu-aarch64, which checks results, not speed).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -61,6 +61,7 @@
 // (W4A16 f32: ~2e-8), at most 12 % of the bound above. Determinism: as matmul.hpp,
 // results are bit-identical for any thread count.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

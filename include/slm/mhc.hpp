@@ -36,6 +36,7 @@
 // small products and the Sinkhorn loop follow torch's order. Against the golden data the
 // differences are a few f32 ulps, amplified at most by exp (|M| is O(1) here).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

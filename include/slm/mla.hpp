@@ -25,6 +25,7 @@
 // k and changes no dot product. IndexCache (spec §2.3): a forward can hand its DSA top-k
 // out (sel_out) or take another layer's instead of running its own indexer (shared_sel).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -5,6 +5,7 @@
 //
 // The activation is a runtime tag (activation.hpp), dispatched once per call.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <concepts>

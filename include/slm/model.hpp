@@ -69,6 +69,7 @@
 // A reader of version 1 rejects any other version. Compatibility is by structure, not by
 // weights: a blob loads into any model whose fingerprint matches.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <concepts>

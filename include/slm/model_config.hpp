@@ -14,6 +14,7 @@
 // initializer_range, token ids, ...) are ignored, as transformers ignores them at
 // inference.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>

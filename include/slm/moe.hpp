@@ -17,6 +17,7 @@
 // of its k selected experts and no others (linear::apply counts the bytes; the tests
 // check it). Shared experts (DeepSeek) see every token.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -51,6 +51,7 @@
 // layout and the KV dtype: a blob of another NAM56R config, or of another session kind,
 // is refused by name.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

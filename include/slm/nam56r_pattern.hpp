@@ -38,6 +38,7 @@
 // DSA A-ranks 1,2,3,5,6,7,9,10,11 (CPPMEGA_DSA_A_LAYER_RANKS), R layers = the R positions
 // 12,24,36,48 (CPPMEGA_R_LAYER_INDICES), 2 MTP depths.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstddef>
 #include <cstdint>

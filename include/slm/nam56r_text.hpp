@@ -21,6 +21,7 @@
 // unless the tokenizer marks continuations (continuing_subword_prefix, e.g. "##"), which
 // decode_cpp_heuristic() honours: a marked piece joins the previous one.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstdint>
 #include <span>

@@ -56,6 +56,7 @@
 //
 // Threading: a loaded model is immutable and shareable; a session belongs to one thread.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

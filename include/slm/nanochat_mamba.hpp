@@ -40,6 +40,7 @@
 // restarts those for every multi-token call under a cache (only L = 1 decode continues),
 // which only matters for chunked prefill, which nanochat's Engine never does.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -41,6 +41,7 @@
 // bit). Errors: bad arguments leave the history untouched; the history advances only when
 // the whole call succeeds.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

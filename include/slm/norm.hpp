@@ -9,6 +9,7 @@
 // makes the result independent of the summation order, so any later SIMD version can
 // be tested against this one exactly up to the final rounding.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <concepts>

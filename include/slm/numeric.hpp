@@ -22,6 +22,7 @@
 // per format and are documented at each encoder. NaN inputs never produce a number,
 // except for E2M1, which has no NaN (see f32_to_e2m1).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <array>
 #include <bit>

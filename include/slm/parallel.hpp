@@ -18,6 +18,7 @@
 // across machines with different thread counts, pick a fixed chunk count with
 // partition() + parallel_for_chunks() instead of ex.concurrency().
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <atomic>
 #include <chrono>

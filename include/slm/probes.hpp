@@ -14,6 +14,7 @@
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (cpu.hpp), like the kernels.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <chrono>
 #include <cstddef>

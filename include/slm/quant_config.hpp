@@ -21,6 +21,7 @@
 // algorithm for diagnostics. Every view is converted to slm's one convention, a
 // multiplier (weights.hpp): compressed-tensors' divisor g becomes 1/g here, once.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -40,6 +40,7 @@
 // For inputs that are not f32 (a BF16 checkpoint, say), convert a row at a time and use
 // the row functions with a global scale computed from the tensor's absolute maximum.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>

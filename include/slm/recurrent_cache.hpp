@@ -60,6 +60,7 @@
 //   static constexpr std::string_view kind = "mamba3";          // at most 8 characters
 //   template <class Self, class Fn> static void for_each_buffer(Self& s, Fn&& fn) { fn(s.ssm); fn(s.k); ... }
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <bit>

@@ -37,6 +37,7 @@
 // Limits at compile time: pattern 64 KiB, nesting depth 200, counted repeats up to 100000,
 // program 200000 instructions.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

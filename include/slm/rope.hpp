@@ -28,6 +28,7 @@
 // level or inside either dict. Types slm does not implement (dynamic, longrope, ...)
 // are an error naming the key, never a silently different model.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <concepts>

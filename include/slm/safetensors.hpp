@@ -14,6 +14,7 @@
 // tensor, the offsets and what was expected. Nothing is copied: tensor views point into
 // the mapped file (or the caller's span).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -37,6 +37,7 @@
 // rng is xoshiro256** (Blackman and Vigna) seeded through splitmix64: the same seed gives
 // the same stream on every platform; state() / set_state() let a saved session continue it.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

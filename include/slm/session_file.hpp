@@ -13,6 +13,7 @@
 // fsync, so after a power loss the file may be the old one or (on some file systems)
 // empty; load refuses an empty or partial file.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cerrno>
 #include <concepts>

@@ -1,5 +1,6 @@
 // slm/slm.hpp - everything in one include. Each header is also self-contained.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include "slm/version.hpp"
 #include "slm/status.hpp"

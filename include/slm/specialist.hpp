@@ -21,6 +21,7 @@
 // composes the same way through slm::decoder<Attention, Ffn, Norm, Format> (model.hpp);
 // examples/specialists.cpp shows one of each.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -19,6 +19,7 @@
 //
 // A session drives this through the members mtp_session names; NAM56R's session is one.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <concepts>

@@ -7,6 +7,7 @@
 // Context is added outermost-first as the error travels up:
 //   "model.safetensors: tensor 'lm_head.weight': data [96, 400) ends past the data section (size 64)"
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <charconv>
 #include <cstdint>

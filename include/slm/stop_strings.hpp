@@ -20,6 +20,7 @@
 // stop's first byte, so text is never split inside a character the input did not split.
 // Empty stop strings are ignored.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -26,6 +26,7 @@
 // module. Everything is f32, as torch's f32 forward, up to the summation order of the
 // B-term products.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -12,6 +12,7 @@
 // data section starts at 8 + header length, and offsets are arbitrary), so typed access
 // (`as<T>()`) checks alignment and fails cleanly; `to_f32` works on any alignment.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <array>
 #include <cstddef>

@@ -11,6 +11,7 @@
 //   * whitespace-aware strip, replace-all (literal or regex), lowercase.
 // Plain functions on string views; nothing here allocates more than its result.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -28,6 +28,7 @@
 // A loaded tokenizer is immutable and may be shared by threads; encode() keeps its
 // scratch on the caller's stack (or in an `encode_scratch` the caller reuses).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <array>

@@ -12,6 +12,7 @@
 // byte acts like a private-use character (a letter-less, digit-less, non-space symbol), and
 // normalization passes it through unchanged and never composes across it.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstddef>

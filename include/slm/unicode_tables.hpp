@@ -3,6 +3,7 @@
 // DerivedNormalizationProps.txt, PropList.txt, DerivedCoreProperties.txt). Do not edit; rerun
 // the script (tools/unicode/README.md). Used by slm/unicode.hpp, which documents the lookups.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstdint>
 

@@ -20,6 +20,7 @@
 // that store a divisor (compressed-tensors' weight_global_scale) are converted to this
 // multiplier convention when the view is built (see quant_config.hpp).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -15,6 +15,7 @@
 // count, and the tokenizer's post-processor adds what it adds (the shipped tokenizer: BOS).
 // score_continuation() is the other half: log-probs of a given continuation, one forward.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -15,6 +15,7 @@
 //   auto r = cascade(members, "int main() {\n  return", {}, cx);   // result<cascade_result>
 //   r->text(); r->exit; r->steps[r->winner].name;
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -38,6 +38,7 @@
 // (malformed json), not_found (a path that does not exist), invalid_argument (the rest).
 // Adding a key for a router or strategy kind = adding it to the tables below.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstdint>

@@ -22,6 +22,7 @@
 // The choice rule is slm::sampler's (temperature 0 = argmax, logit bias and penalties
 // included), applied over the shared vocabulary (padding rows of either head are not read).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>

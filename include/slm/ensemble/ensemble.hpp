@@ -26,6 +26,7 @@
 // synchronises itself, every request has its own sessions. Outputs do not depend on what
 // else runs (tested: concurrent requests equal serial ones).
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -25,6 +25,7 @@
 // other families return errc::unsupported here until their sessions expose them.
 // A hidden_map is an immutable value once built; share it across threads freely.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>

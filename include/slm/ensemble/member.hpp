@@ -14,6 +14,7 @@
 // any member. A loaded member_model is immutable and may be shared by threads; a session
 // belongs to one thread.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cstdint>
 #include <filesystem>

@@ -30,6 +30,7 @@
 // precision of the double values, so a single member at weight 1 gives exactly its own
 // argmax and ordering.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>

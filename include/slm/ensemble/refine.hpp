@@ -22,6 +22,7 @@
 //   auto r = refine(shell, cpp, "int main() {\n", {}, cx);   // result<refine_result>
 //   r->text; r->accepted_tokens; r->rewritten;
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <chrono>
 #include <cmath>

@@ -28,6 +28,7 @@
 // recency. Sessions and generation run outside the lock on the caller's threads.
 // No global state: every registry is independent.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -13,6 +13,7 @@
 //   auto d = r->route({.text = prompt, .file_name = "CMakeLists.txt"});  // result<route_decision>
 //   members[d->ranking[0]] ...                                              // d->reason: why
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

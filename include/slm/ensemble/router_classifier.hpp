@@ -16,6 +16,7 @@
 // a JSON array, bucket_bits, min_n, max_n, max_bytes and features "fnv1a-log1p-l2". load()
 // checks all of it: shapes against the metadata, finite weights, the version.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <filesystem>
 #include <fstream>

@@ -13,6 +13,7 @@
 // Cost: one prefill of the prompt + cue (at most max_prompt_tokens of the prompt, its end)
 // per label, each a fresh session; the label rows only are computed.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>

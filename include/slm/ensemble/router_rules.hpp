@@ -19,6 +19,7 @@
 //   [{"label": "cmake", "extension": ".cmake"}, {"label": "cpp", "contains": "#include", "weight": 2}]
 // Any other key, an unknown label or a wrong type is an invalid_argument naming the rule.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include "slm/ensemble/router.hpp"
 #include "slm/json.hpp"

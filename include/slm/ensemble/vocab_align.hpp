@@ -49,6 +49,7 @@
 // An alignment holds pointers to its two tokenizers: they must outlive it. It is immutable
 // after build() and may be shared by threads.
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>

@@ -9,6 +9,7 @@
 //   auto r = majority_vote(members, "int main() {\n  return", {}, cx);   // result<vote_result>
 //   r->winner().answer; r->winner().votes();
 #pragma once
+#include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>
