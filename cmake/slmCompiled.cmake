@@ -12,11 +12,9 @@ target_compile_definitions(slm_compiled PUBLIC SLM_COMPILED_LIB=1)
 if(SLM_COMPILED_OPTIMIZE AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(slm_compiled PRIVATE $<$<CONFIG:Debug>:-O2>)
 endif()
-# In slm's own developer builds the library gets the same flags as the tests (warnings,
-# sanitizers, -fno-exceptions), so the ASan stage checks the library's code too.
+# In slm's own developer builds the library gets the same compile flags as the tests
+# (warnings, sanitizers, -fno-exceptions), so the ASan stage checks the library's code
+# too. The flags are copied, not linked, so the installed target depends on nothing.
 if(TARGET slm_developer_flags)
-  target_link_libraries(slm_compiled PRIVATE slm_developer_flags)
-  if(SLM_SANITIZE)
-    target_link_options(slm_compiled INTERFACE -fsanitize=address,undefined)
-  endif()
+  target_compile_options(slm_compiled PRIVATE $<TARGET_PROPERTY:slm_developer_flags,INTERFACE_COMPILE_OPTIONS>)
 endif()

@@ -8,15 +8,25 @@ set(SLM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_DATADIR}/cmake/slm" CACHE STRING
     "Where slmConfig.cmake is installed (relative to the prefix)")
 
 install(TARGETS slm EXPORT slmTargets INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+# slm::compiled, where it is built: the static library (libslm.a) beside the headers.
+if(TARGET slm_compiled)
+  install(TARGETS slm_compiled EXPORT slmTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+endif()
 install(DIRECTORY include/slm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
 install(EXPORT slmTargets NAMESPACE slm:: DESTINATION ${SLM_INSTALL_CMAKEDIR})
 export(EXPORT slmTargets NAMESPACE slm:: FILE ${PROJECT_BINARY_DIR}/slmTargets.cmake)
 
 configure_package_config_file(cmake/slmConfig.cmake.in ${PROJECT_BINARY_DIR}/slmConfig.cmake
   INSTALL_DESTINATION ${SLM_INSTALL_CMAKEDIR})
-# A header-only library fits any architecture; only the major version promises an API.
-write_basic_package_version_file(${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
-  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+# A header-only install fits any architecture; one with slm::compiled (a static library)
+# only its own. Only the major version promises an API.
+if(TARGET slm_compiled)
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
+    VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion)
+else()
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
+    VERSION ${PROJECT_VERSION} COMPATIBILITY SameMajorVersion ARCH_INDEPENDENT)
+endif()
 install(FILES ${PROJECT_BINARY_DIR}/slmConfig.cmake ${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
   DESTINATION ${SLM_INSTALL_CMAKEDIR})
 

@@ -1,4 +1,9 @@
-// slm/slm.hpp - everything in one include. Each header is also self-contained.
+// slm/slm.hpp - everything in one include: every public header (matmul_neon.hpp and
+// unicode_tables.hpp come in through matmul.hpp and unicode.hpp). Each header is also
+// self-contained, and a host that needs one part includes just that part's header: the
+// tokenizer, one model family, one router. In header-only mode this include compiles
+// all of slm in the including file; with slm::compiled (slm/build_mode.hpp) it is
+// declarations.
 #pragma once
 #include "slm/build_mode.hpp"
 
@@ -50,3 +55,17 @@
 #include "slm/nanochat.hpp"
 #include "slm/speculative.hpp"
 #include "slm/specialist.hpp"
+#include "slm/session_file.hpp"
+#include "slm/unicode.hpp"
+#include "slm/regex.hpp"
+#include "slm/text_ops.hpp"
+#include "slm/bpe.hpp"
+#include "slm/tokenizer.hpp"
+#include "slm/detokenizer.hpp"
+#include "slm/nam56r_text.hpp"
+#include "slm/sampling.hpp"
+#include "slm/stop_strings.hpp"
+#include "slm/generate.hpp"
+#include "slm/ensemble/ensemble.hpp"
+#include "slm/ensemble/vocab_align.hpp"
+#include "slm/ensemble/hidden_map.hpp"

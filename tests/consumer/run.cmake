@@ -20,20 +20,31 @@ function(consume mode)
   set(b ${WORK_DIR}/${mode})
   run(${CMAKE_COMMAND} -S ${CMAKE_CURRENT_LIST_DIR} -B ${b} ${common} -DSLM_CONSUME=${mode}
       -DSLM_SOURCE_DIR=${SLM_SOURCE_DIR} -DFETCHCONTENT_SOURCE_DIR_SLM=${SLM_SOURCE_DIR} ${ARGN})
-  run(${CMAKE_COMMAND} --build ${b})
+  cmake_host_system_information(RESULT cores QUERY NUMBER_OF_LOGICAL_CORES)
+  run(${CMAKE_COMMAND} --build ${b} --parallel ${cores})
   run(${b}/consumer)
+  if(EXISTS ${b}/consumer_compiled)
+    run(${b}/consumer_compiled)
+    message(STATUS "${mode}: slm::compiled consumed")
+  endif()
 endfunction()
 
 consume(subdirectory)
 consume(fetchcontent)
 
-# find_package after installing into a temporary prefix (slm alone: no tests or tools).
+# find_package after installing into a temporary prefix (slm alone: no tests or tools),
+# with the compiled mode, so both installed targets are consumed. (add_subdirectory and
+# FetchContent take slm's subproject defaults: header-only.)
 set(prefix ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${WORK_DIR}/slm-build ${common} -DSLM_BUILD_TESTS=OFF
-    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DCMAKE_INSTALL_PREFIX=${prefix})
-run(${CMAKE_COMMAND} --build ${WORK_DIR}/slm-build)
+    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DSLM_COMPILED=ON -DCMAKE_INSTALL_PREFIX=${prefix})
+cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/slm-build --parallel ${_cores})
 run(${CMAKE_COMMAND} --install ${WORK_DIR}/slm-build)
 consume(find_package -DCMAKE_PREFIX_PATH=${prefix})
+if(NOT EXISTS ${WORK_DIR}/find_package/consumer_compiled)
+  message(FATAL_ERROR "the installed slm has no slm::compiled")
+endif()
 
 # pkg-config, for hosts that do not use CMake.
 find_program(PKG_CONFIG pkg-config)
