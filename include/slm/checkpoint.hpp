@@ -165,7 +165,7 @@ SLM_INLINE result<json::value> checkpoint::read_json(const std::filesystem::path
 }
 
 SLM_INLINE status checkpoint::read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
-                                 std::optional<json::value>& out) {
+                                                 std::optional<json::value>& out) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return {};
   auto v = read_json(path, max_bytes);

@@ -345,7 +345,7 @@ SLM_INLINE void value::destroy() noexcept {
 
 // The slot holding `key`, or the empty slot where it would go.
 SLM_INLINE std::size_t value::probe(std::span<const member> members, const std::vector<std::uint64_t>& slots,
-                                std::string_view key, std::uint32_t hash) noexcept {
+                                    std::string_view key, std::uint32_t hash) noexcept {
   const std::size_t mask = slots.size() - 1;
   for (std::size_t i = static_cast<std::size_t>((std::uint64_t{hash} * slots.size()) >> 32);; i = (i + 1) & mask) {
     const std::uint64_t entry = slots[i];
