@@ -147,25 +147,8 @@ class value {
 
   // Exact integer literals convert when in range; other numbers (1.0, 1e3) only when
   // their double is integral with magnitude below 2^53, where doubles are exact.
-  std::optional<std::int64_t> as_int64() const noexcept {
-    if (kind_ != kind::number) return std::nullopt;
-    if (flags_ & exact_bit) {
-      if (flags_ & negative_bit) return static_cast<std::int64_t>(0 - u_.n.mag);  // mag <= 2^63
-      if (u_.n.mag <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(u_.n.mag);
-      return std::nullopt;
-    }
-    if (!is_safe_integral(u_.n.d)) return std::nullopt;
-    return static_cast<std::int64_t>(u_.n.d);
-  }
-  std::optional<std::uint64_t> as_uint64() const noexcept {
-    if (kind_ != kind::number) return std::nullopt;
-    if (flags_ & exact_bit) {
-      if ((flags_ & negative_bit) && u_.n.mag != 0) return std::nullopt;
-      return u_.n.mag;
-    }
-    if (!is_safe_integral(u_.n.d) || u_.n.d < 0) return std::nullopt;
-    return static_cast<std::uint64_t>(u_.n.d);
-  }
+  std::optional<std::int64_t> as_int64() const noexcept;
+  std::optional<std::uint64_t> as_uint64() const noexcept;
 
   std::span<const value> items() const noexcept {
     return kind_ == kind::array ? std::span<const value>(u_.a) : std::span<const value>();
@@ -213,10 +196,7 @@ class value {
   // Replaces the value of an existing key (keeping its position), else appends.
   value& set(std::string key, value v);
 
-  static const value& null_value() noexcept {
-    static const value null;
-    return null;
-  }
+  static const value& null_value() noexcept;
 
  private:
   friend class detail::parser;
@@ -303,6 +283,32 @@ inline std::size_t value::size() const noexcept {
 }
 
 #if SLM_DEFINE_IO
+SLM_INLINE std::optional<std::int64_t> value::as_int64() const noexcept {
+  if (kind_ != kind::number) return std::nullopt;
+  if (flags_ & exact_bit) {
+    if (flags_ & negative_bit) return static_cast<std::int64_t>(0 - u_.n.mag);  // mag <= 2^63
+    if (u_.n.mag <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(u_.n.mag);
+    return std::nullopt;
+  }
+  if (!is_safe_integral(u_.n.d)) return std::nullopt;
+  return static_cast<std::int64_t>(u_.n.d);
+}
+
+SLM_INLINE std::optional<std::uint64_t> value::as_uint64() const noexcept {
+  if (kind_ != kind::number) return std::nullopt;
+  if (flags_ & exact_bit) {
+    if ((flags_ & negative_bit) && u_.n.mag != 0) return std::nullopt;
+    return u_.n.mag;
+  }
+  if (!is_safe_integral(u_.n.d) || u_.n.d < 0) return std::nullopt;
+  return static_cast<std::uint64_t>(u_.n.d);
+}
+
+SLM_INLINE const value& value::null_value() noexcept {
+  static const value null;
+  return null;
+}
+
 SLM_INLINE value::value(const value& other) : kind_(other.kind_), flags_(other.flags_) {
   switch (kind_) {
     case kind::null: break;
