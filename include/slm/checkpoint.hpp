@@ -48,24 +48,7 @@ class checkpoint {
     std::uint32_t index;    // index into shards()[shard].tensors()
   };
 
-  static result<checkpoint> open(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
-    checkpoint c;
-    c.dir_ = dir;
-    c.opt_ = opt;
-    std::error_code ec;
-    if (!std::filesystem::exists(dir, ec)) return make_error(errc::not_found, dir.string(), ": no such directory");
-    if (!std::filesystem::is_directory(dir, ec))
-      return make_error(errc::invalid_argument, dir.string(), ": not a directory");
-
-    auto config = read_json(dir / "config.json", opt.max_json_bytes);
-    if (!config.ok()) return std::move(config).take_error();
-    if (!config->is_object()) return make_error(errc::format_error, (dir / "config.json").string(), ": not a JSON object");
-    c.config_ = std::move(*config);
-    SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
-    SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
-    SLM_TRY(c.open_weights());
-    return c;
-  }
+  static result<checkpoint> open(const std::filesystem::path& dir, const checkpoint_options& opt = {});
 
   const std::filesystem::path& dir() const noexcept { return dir_; }
   const json::value& config() const noexcept { return config_; }
@@ -82,10 +65,7 @@ class checkpoint {
     return q && q->is_object() ? q : nullptr;
   }
 
-  bool has_tokenizer() const noexcept {
-    std::error_code ec;
-    return std::filesystem::is_regular_file(tokenizer_path(), ec);
-  }
+  bool has_tokenizer() const noexcept;
   std::filesystem::path tokenizer_path() const { return dir_ / "tokenizer.json"; }
   // Parsed on each call (nothing is cached, so a checkpoint stays immutable).
   result<json::value> load_tokenizer_json() const { return read_json(tokenizer_path(), opt_.max_tokenizer_bytes); }
@@ -101,126 +81,31 @@ class checkpoint {
   }
   const safetensors::tensor_info& info(const entry& e) const noexcept { return shards_[e.shard].tensors()[e.index]; }
   tensor_view view(const entry& e) const noexcept { return shards_[e.shard].view(info(e)); }
-  result<tensor_view> tensor(std::string_view name) const {
-    const entry* e = find(name);
-    if (!e) return make_error(errc::not_found, dir_.string(), ": no tensor named '", name, "'");
-    return view(*e);
-  }
+  result<tensor_view> tensor(std::string_view name) const;
 
   // Bytes of tensor data across all shards.
-  std::uint64_t data_bytes() const noexcept {
-    std::uint64_t n = 0;
-    for (const auto& e : entries_) n += info(e).end - info(e).begin;
-    return n;
-  }
+  std::uint64_t data_bytes() const noexcept;
 
  private:
-  static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes) {
-    auto text = read_text_file(path, max_bytes);
-    if (!text.ok()) return std::move(text).take_error();
-    json::parse_options o;
-    o.max_bytes = max_bytes;
-    auto v = json::parse(*text, o);
-    if (!v.ok()) return std::move(v).take_error().with_context(path.string());
-    return v;
-  }
+  static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes);
   static status read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
-                                   std::optional<json::value>& out) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return {};
-    auto v = read_json(path, max_bytes);
-    if (!v.ok()) return std::move(v).take_error();
-    out = std::move(*v);
-    return {};
-  }
+                                   std::optional<json::value>& out);
   static const json::value* opt_value(const std::optional<json::value>& v) noexcept { return v ? &*v : nullptr; }
 
   // A shard name from an index must be a plain file name in this directory: no path
   // separators, no "..", so a hostile index cannot make us map files elsewhere.
-  static bool plain_file_name(std::string_view s) noexcept {
-    return !s.empty() && s != "." && s != ".." && s.find('/') == s.npos && s.find('\\') == s.npos &&
-           s.find('\0') == s.npos && s.find(':') == s.npos;
-  }
+  static bool plain_file_name(std::string_view s) noexcept;
 
-  status open_shard(const std::filesystem::path& path) {
-    auto f = safetensors::file::open(path, opt_.limits);
-    if (!f.ok()) return std::move(f).take_error();
-    shards_.push_back(std::move(*f));
-    return {};
-  }
+  status open_shard(const std::filesystem::path& path);
 
-  status open_weights() {
-    std::error_code ec;
-    const auto index_path = dir_ / "model.safetensors.index.json";
-    if (std::filesystem::exists(index_path, ec)) return open_indexed(index_path);
-    if (std::filesystem::exists(dir_ / "model.safetensors", ec)) {
-      SLM_TRY(open_shard(dir_ / "model.safetensors"));
-      return index_all_shards();
-    }
-    std::vector<std::filesystem::path> files;
-    for (const auto& de : std::filesystem::directory_iterator(dir_, ec))
-      if (de.path().extension() == ".safetensors") files.push_back(de.path());
-    if (ec) return make_error(errc::io_error, dir_.string(), ": cannot list the directory: ", ec.message());
-    if (files.empty()) {
-      if (std::filesystem::exists(dir_ / "pytorch_model.bin", ec))
-        return make_error(errc::unsupported, dir_.string(),
-                          ": only PyTorch pickle weights (pytorch_model.bin); convert them to safetensors");
-      return make_error(errc::not_found, dir_.string(),
-                        ": no weights (expected model.safetensors, model.safetensors.index.json or *.safetensors)");
-    }
-    std::sort(files.begin(), files.end());
-    for (const auto& p : files) SLM_TRY(open_shard(p));
-    return index_all_shards();
-  }
+  status open_weights();
 
   // Every tensor of every shard, names unique across shards.
-  status index_all_shards() {
-    for (std::uint32_t s = 0; s < shards_.size(); ++s)
-      for (std::uint32_t i = 0; i < shards_[s].tensors().size(); ++i)
-        entries_.push_back({shards_[s].tensors()[i].name, s, i});
-    std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
-    for (std::size_t i = 1; i < entries_.size(); ++i)
-      if (entries_[i].name == entries_[i - 1].name)
-        return make_error(errc::format_error, "tensor '", entries_[i].name, "' is in both ",
-                          shards_[entries_[i - 1].shard].name(), " and ", shards_[entries_[i].shard].name());
-    return {};
-  }
+  status index_all_shards();
 
   // The index's weight_map names the shard of each tensor; tensors a shard holds but
   // the map does not list are ignored, as transformers ignores them.
-  status open_indexed(const std::filesystem::path& index_path) {
-    auto index = read_json(index_path, opt_.max_json_bytes);
-    if (!index.ok()) return std::move(index).take_error();
-    const json::value* map = index->find("weight_map");
-    if (!map || !map->is_object())
-      return make_error(errc::format_error, index_path.string(), ": no \"weight_map\" object");
-    std::vector<std::string> shard_names;
-    for (const json::member& m : map->members()) {
-      if (!m.val.is_string())
-        return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] is not a string");
-      const std::string_view file = m.val.as_string();
-      if (!plain_file_name(file))
-        return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] = \"", file,
-                          "\" is not a file name in the checkpoint directory");
-      if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end())
-        shard_names.emplace_back(file);
-    }
-    std::sort(shard_names.begin(), shard_names.end());
-    shards_.reserve(shard_names.size());
-    for (const auto& name : shard_names) SLM_TRY(open_shard(dir_ / name));
-    for (const json::member& m : map->members()) {
-      const std::string_view file = m.val.as_string();
-      const auto s = static_cast<std::uint32_t>(
-          std::lower_bound(shard_names.begin(), shard_names.end(), file) - shard_names.begin());
-      const safetensors::tensor_info* t = shards_[s].find(m.key);
-      if (!t)
-        return make_error(errc::format_error, index_path.string(), ": tensor '", m.key, "' is mapped to ", file,
-                          ", which does not contain it");
-      entries_.push_back({t->name, s, static_cast<std::uint32_t>(t - shards_[s].tensors().data())});
-    }
-    std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
-    return {};
-  }
+  status open_indexed(const std::filesystem::path& index_path);
 
   std::filesystem::path dir_;
   checkpoint_options opt_;
@@ -230,5 +115,147 @@ class checkpoint {
   std::vector<safetensors::file> shards_;
   std::vector<entry> entries_;
 };
+
+#if SLM_DEFINE_IO
+
+SLM_INLINE result<checkpoint> checkpoint::open(const std::filesystem::path& dir, const checkpoint_options& opt) {
+  checkpoint c;
+  c.dir_ = dir;
+  c.opt_ = opt;
+  std::error_code ec;
+  if (!std::filesystem::exists(dir, ec)) return make_error(errc::not_found, dir.string(), ": no such directory");
+  if (!std::filesystem::is_directory(dir, ec))
+    return make_error(errc::invalid_argument, dir.string(), ": not a directory");
+
+  auto config = read_json(dir / "config.json", opt.max_json_bytes);
+  if (!config.ok()) return std::move(config).take_error();
+  if (!config->is_object()) return make_error(errc::format_error, (dir / "config.json").string(), ": not a JSON object");
+  c.config_ = std::move(*config);
+  SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
+  SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
+  SLM_TRY(c.open_weights());
+  return c;
+}
+
+SLM_INLINE bool checkpoint::has_tokenizer() const noexcept {
+  std::error_code ec;
+  return std::filesystem::is_regular_file(tokenizer_path(), ec);
+}
+
+SLM_INLINE result<tensor_view> checkpoint::tensor(std::string_view name) const {
+  const entry* e = find(name);
+  if (!e) return make_error(errc::not_found, dir_.string(), ": no tensor named '", name, "'");
+  return view(*e);
+}
+
+SLM_INLINE std::uint64_t checkpoint::data_bytes() const noexcept {
+  std::uint64_t n = 0;
+  for (const auto& e : entries_) n += info(e).end - info(e).begin;
+  return n;
+}
+
+SLM_INLINE result<json::value> checkpoint::read_json(const std::filesystem::path& path, std::size_t max_bytes) {
+  auto text = read_text_file(path, max_bytes);
+  if (!text.ok()) return std::move(text).take_error();
+  json::parse_options o;
+  o.max_bytes = max_bytes;
+  auto v = json::parse(*text, o);
+  if (!v.ok()) return std::move(v).take_error().with_context(path.string());
+  return v;
+}
+
+SLM_INLINE status checkpoint::read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
+                                                 std::optional<json::value>& out) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return {};
+  auto v = read_json(path, max_bytes);
+  if (!v.ok()) return std::move(v).take_error();
+  out = std::move(*v);
+  return {};
+}
+
+SLM_INLINE bool checkpoint::plain_file_name(std::string_view s) noexcept {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == s.npos && s.find('\\') == s.npos &&
+         s.find('\0') == s.npos && s.find(':') == s.npos;
+}
+
+SLM_INLINE status checkpoint::open_shard(const std::filesystem::path& path) {
+  auto f = safetensors::file::open(path, opt_.limits);
+  if (!f.ok()) return std::move(f).take_error();
+  shards_.push_back(std::move(*f));
+  return {};
+}
+
+SLM_INLINE status checkpoint::open_weights() {
+  std::error_code ec;
+  const auto index_path = dir_ / "model.safetensors.index.json";
+  if (std::filesystem::exists(index_path, ec)) return open_indexed(index_path);
+  if (std::filesystem::exists(dir_ / "model.safetensors", ec)) {
+    SLM_TRY(open_shard(dir_ / "model.safetensors"));
+    return index_all_shards();
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& de : std::filesystem::directory_iterator(dir_, ec))
+    if (de.path().extension() == ".safetensors") files.push_back(de.path());
+  if (ec) return make_error(errc::io_error, dir_.string(), ": cannot list the directory: ", ec.message());
+  if (files.empty()) {
+    if (std::filesystem::exists(dir_ / "pytorch_model.bin", ec))
+      return make_error(errc::unsupported, dir_.string(),
+                        ": only PyTorch pickle weights (pytorch_model.bin); convert them to safetensors");
+    return make_error(errc::not_found, dir_.string(),
+                      ": no weights (expected model.safetensors, model.safetensors.index.json or *.safetensors)");
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& p : files) SLM_TRY(open_shard(p));
+  return index_all_shards();
+}
+
+SLM_INLINE status checkpoint::index_all_shards() {
+  for (std::uint32_t s = 0; s < shards_.size(); ++s)
+    for (std::uint32_t i = 0; i < shards_[s].tensors().size(); ++i)
+      entries_.push_back({shards_[s].tensors()[i].name, s, i});
+  std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
+  for (std::size_t i = 1; i < entries_.size(); ++i)
+    if (entries_[i].name == entries_[i - 1].name)
+      return make_error(errc::format_error, "tensor '", entries_[i].name, "' is in both ",
+                        shards_[entries_[i - 1].shard].name(), " and ", shards_[entries_[i].shard].name());
+  return {};
+}
+
+SLM_INLINE status checkpoint::open_indexed(const std::filesystem::path& index_path) {
+  auto index = read_json(index_path, opt_.max_json_bytes);
+  if (!index.ok()) return std::move(index).take_error();
+  const json::value* map = index->find("weight_map");
+  if (!map || !map->is_object())
+    return make_error(errc::format_error, index_path.string(), ": no \"weight_map\" object");
+  std::vector<std::string> shard_names;
+  for (const json::member& m : map->members()) {
+    if (!m.val.is_string())
+      return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] is not a string");
+    const std::string_view file = m.val.as_string();
+    if (!plain_file_name(file))
+      return make_error(errc::format_error, index_path.string(), ": weight_map[\"", m.key, "\"] = \"", file,
+                        "\" is not a file name in the checkpoint directory");
+    if (std::find(shard_names.begin(), shard_names.end(), file) == shard_names.end())
+      shard_names.emplace_back(file);
+  }
+  std::sort(shard_names.begin(), shard_names.end());
+  shards_.reserve(shard_names.size());
+  for (const auto& name : shard_names) SLM_TRY(open_shard(dir_ / name));
+  for (const json::member& m : map->members()) {
+    const std::string_view file = m.val.as_string();
+    const auto s = static_cast<std::uint32_t>(
+        std::lower_bound(shard_names.begin(), shard_names.end(), file) - shard_names.begin());
+    const safetensors::tensor_info* t = shards_[s].find(m.key);
+    if (!t)
+      return make_error(errc::format_error, index_path.string(), ": tensor '", m.key, "' is mapped to ", file,
+                        ", which does not contain it");
+    entries_.push_back({t->name, s, static_cast<std::uint32_t>(t - shards_[s].tensors().data())});
+  }
+  std::sort(entries_.begin(), entries_.end(), [](const entry& a, const entry& b) { return a.name < b.name; });
+  return {};
+}
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm

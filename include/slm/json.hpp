@@ -147,25 +147,8 @@ class value {
 
   // Exact integer literals convert when in range; other numbers (1.0, 1e3) only when
   // their double is integral with magnitude below 2^53, where doubles are exact.
-  std::optional<std::int64_t> as_int64() const noexcept {
-    if (kind_ != kind::number) return std::nullopt;
-    if (flags_ & exact_bit) {
-      if (flags_ & negative_bit) return static_cast<std::int64_t>(0 - u_.n.mag);  // mag <= 2^63
-      if (u_.n.mag <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(u_.n.mag);
-      return std::nullopt;
-    }
-    if (!is_safe_integral(u_.n.d)) return std::nullopt;
-    return static_cast<std::int64_t>(u_.n.d);
-  }
-  std::optional<std::uint64_t> as_uint64() const noexcept {
-    if (kind_ != kind::number) return std::nullopt;
-    if (flags_ & exact_bit) {
-      if ((flags_ & negative_bit) && u_.n.mag != 0) return std::nullopt;
-      return u_.n.mag;
-    }
-    if (!is_safe_integral(u_.n.d) || u_.n.d < 0) return std::nullopt;
-    return static_cast<std::uint64_t>(u_.n.d);
-  }
+  std::optional<std::int64_t> as_int64() const noexcept;
+  std::optional<std::uint64_t> as_uint64() const noexcept;
 
   std::span<const value> items() const noexcept {
     return kind_ == kind::array ? std::span<const value>(u_.a) : std::span<const value>();
@@ -213,10 +196,7 @@ class value {
   // Replaces the value of an existing key (keeping its position), else appends.
   value& set(std::string key, value v);
 
-  static const value& null_value() noexcept {
-    static const value null;
-    return null;
-  }
+  static const value& null_value() noexcept;
 
  private:
   friend class detail::parser;
@@ -292,7 +272,44 @@ inline value value::make_object() noexcept {
   return v;
 }
 
-inline value::value(const value& other) : kind_(other.kind_), flags_(other.flags_) {
+inline std::span<const member> value::members() const noexcept {
+  return kind_ == kind::object ? std::span<const member>(u_.o.members) : std::span<const member>();
+}
+
+inline std::size_t value::size() const noexcept {
+  if (kind_ == kind::array) return u_.a.size();
+  if (kind_ == kind::object) return u_.o.members.size();
+  return 0;
+}
+
+#if SLM_DEFINE_IO
+SLM_INLINE std::optional<std::int64_t> value::as_int64() const noexcept {
+  if (kind_ != kind::number) return std::nullopt;
+  if (flags_ & exact_bit) {
+    if (flags_ & negative_bit) return static_cast<std::int64_t>(0 - u_.n.mag);  // mag <= 2^63
+    if (u_.n.mag <= static_cast<std::uint64_t>(INT64_MAX)) return static_cast<std::int64_t>(u_.n.mag);
+    return std::nullopt;
+  }
+  if (!is_safe_integral(u_.n.d)) return std::nullopt;
+  return static_cast<std::int64_t>(u_.n.d);
+}
+
+SLM_INLINE std::optional<std::uint64_t> value::as_uint64() const noexcept {
+  if (kind_ != kind::number) return std::nullopt;
+  if (flags_ & exact_bit) {
+    if ((flags_ & negative_bit) && u_.n.mag != 0) return std::nullopt;
+    return u_.n.mag;
+  }
+  if (!is_safe_integral(u_.n.d) || u_.n.d < 0) return std::nullopt;
+  return static_cast<std::uint64_t>(u_.n.d);
+}
+
+SLM_INLINE const value& value::null_value() noexcept {
+  static const value null;
+  return null;
+}
+
+SLM_INLINE value::value(const value& other) : kind_(other.kind_), flags_(other.flags_) {
   switch (kind_) {
     case kind::null: break;
     case kind::boolean: u_.b = other.u_.b; break;
@@ -307,7 +324,7 @@ inline value::value(const value& other) : kind_(other.kind_), flags_(other.flags
   }
 }
 
-inline void value::move_from(value& other) noexcept {
+SLM_INLINE void value::move_from(value& other) noexcept {
   kind_ = other.kind_;
   flags_ = other.flags_;
   switch (kind_) {
@@ -321,7 +338,7 @@ inline void value::move_from(value& other) noexcept {
   other.destroy();
 }
 
-inline void value::destroy() noexcept {
+SLM_INLINE void value::destroy() noexcept {
   switch (kind_) {
     case kind::string: std::destroy_at(&u_.s); break;
     case kind::array: std::destroy_at(&u_.a); break;
@@ -332,19 +349,9 @@ inline void value::destroy() noexcept {
   flags_ = 0;
 }
 
-inline std::span<const member> value::members() const noexcept {
-  return kind_ == kind::object ? std::span<const member>(u_.o.members) : std::span<const member>();
-}
-
-inline std::size_t value::size() const noexcept {
-  if (kind_ == kind::array) return u_.a.size();
-  if (kind_ == kind::object) return u_.o.members.size();
-  return 0;
-}
-
 // The slot holding `key`, or the empty slot where it would go.
-inline std::size_t value::probe(std::span<const member> members, const std::vector<std::uint64_t>& slots,
-                                std::string_view key, std::uint32_t hash) noexcept {
+SLM_INLINE std::size_t value::probe(std::span<const member> members, const std::vector<std::uint64_t>& slots,
+                                    std::string_view key, std::uint32_t hash) noexcept {
   const std::size_t mask = slots.size() - 1;
   for (std::size_t i = static_cast<std::size_t>((std::uint64_t{hash} * slots.size()) >> 32);; i = (i + 1) & mask) {
     const std::uint64_t entry = slots[i];
@@ -354,7 +361,7 @@ inline std::size_t value::probe(std::span<const member> members, const std::vect
   }
 }
 
-inline std::size_t value::build_index(std::span<const member> members, index_ptr& index) {
+SLM_INLINE std::size_t value::build_index(std::span<const member> members, index_ptr& index) {
   const std::size_t n = members.size();
   std::vector<std::uint64_t> entries(n);
   for (std::size_t m = 0; m < n; ++m) entries[m] = std::uint64_t{key_hash(members[m].key)} << 32 | (m + 1);
@@ -385,7 +392,7 @@ inline std::size_t value::build_index(std::span<const member> members, index_ptr
   return first_duplicate;
 }
 
-inline void value::grow_index(std::vector<std::uint64_t>& slots) {
+SLM_INLINE void value::grow_index(std::vector<std::uint64_t>& slots) {
   std::vector<std::uint64_t> grown(slots.size() * 2, 0);
   const std::size_t mask = grown.size() - 1;
   for (const std::uint64_t entry : slots) {
@@ -397,7 +404,7 @@ inline void value::grow_index(std::vector<std::uint64_t>& slots) {
   slots.swap(grown);
 }
 
-inline void value::index_last_member() {
+SLM_INLINE void value::index_last_member() {
   object_data& o = u_.o;
   if (!o.index) {
     if (o.members.size() > linear_lookup_max) build_index(o.members, o.index);
@@ -409,7 +416,7 @@ inline void value::index_last_member() {
   (*o.index)[probe(o.members, *o.index, key, hash)] = std::uint64_t{hash} << 32 | o.members.size();
 }
 
-inline std::size_t value::find_index(std::string_view key) const noexcept {
+SLM_INLINE std::size_t value::find_index(std::string_view key) const noexcept {
   if (kind_ != kind::object) return SIZE_MAX;
   const object_data& o = u_.o;
   if (!o.index) {
@@ -422,18 +429,18 @@ inline std::size_t value::find_index(std::string_view key) const noexcept {
   return entry == 0 ? SIZE_MAX : static_cast<std::uint32_t>(entry) - 1;
 }
 
-inline const value* value::find(std::string_view key) const noexcept {
+SLM_INLINE const value* value::find(std::string_view key) const noexcept {
   const std::size_t m = find_index(key);
   return m == SIZE_MAX ? nullptr : &u_.o.members[m].val;
 }
 
-inline value& value::push_back(value v) {
+SLM_INLINE value& value::push_back(value v) {
   if (kind_ != kind::array) *this = make_array();
   u_.a.push_back(std::move(v));
   return u_.a.back();
 }
 
-inline value& value::set(std::string key, value v) {
+SLM_INLINE value& value::set(std::string key, value v) {
   if (kind_ != kind::object) *this = make_object();
   const std::size_t existing = find_index(key);
   if (existing != SIZE_MAX) return u_.o.members[existing].val = std::move(v);
@@ -441,6 +448,7 @@ inline value& value::set(std::string key, value v) {
   index_last_member();
   return u_.o.members.back().val;
 }
+#endif  // SLM_DEFINE_IO
 
 // ---- parsing ----
 
@@ -457,56 +465,11 @@ struct utf8_check {
 
 // Checks the multi-byte sequence at p (*p >= 0x80), per RFC 3629's table of
 // well-formed byte sequences.
-inline utf8_check check_utf8(const unsigned char* p, const unsigned char* end) noexcept {
-  const unsigned lead = p[0];
-  std::size_t length = 0;
-  unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-  utf8_error second_byte_error = utf8_error::none;
-  if (lead < 0xC0) return {1, utf8_error::stray_continuation};
-  if (lead < 0xC2) return {end - p > 1 ? 2u : 1u, utf8_error::overlong};
-  if (lead < 0xE0) {
-    length = 2;
-  } else if (lead < 0xF0) {
-    length = 3;
-    if (lead == 0xE0) lo = 0xA0, second_byte_error = utf8_error::overlong;
-    if (lead == 0xED) hi = 0x9F, second_byte_error = utf8_error::surrogate;
-  } else if (lead < 0xF5) {
-    length = 4;
-    if (lead == 0xF0) lo = 0x90, second_byte_error = utf8_error::overlong;
-    if (lead == 0xF4) hi = 0x8F, second_byte_error = utf8_error::too_large;
-  } else {
-    return {1, lead < 0xF8 ? utf8_error::too_large : utf8_error::bad_lead};
-  }
-  for (std::size_t i = 1; i < length; ++i) {
-    if (p + i == end || (p[i] & 0xC0) != 0x80) return {i, utf8_error::truncated};
-    if (i == 1 && (p[1] < lo || p[1] > hi)) return {2, second_byte_error};
-  }
-  return {length, utf8_error::none};
-}
+utf8_check check_utf8(const unsigned char* p, const unsigned char* end) noexcept;
 
-inline void append_utf8(std::string& out, std::uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void append_utf8(std::string& out, std::uint32_t cp);
 
-inline void append_hex(std::string& out, unsigned v, int digits) {
-  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) {
-    out.push_back("0123456789ABCDEF"[(v >> shift) & 0xF]);
-  }
-}
+void append_hex(std::string& out, unsigned v, int digits);
 
 // Bytes a string can hold as they are: printable ASCII except '"' and '\'. Everything
 // else takes the slow path (end, escape, control character or UTF-8 to validate).
@@ -518,6 +481,8 @@ inline constexpr std::array<bool, 256> plain_string_byte = [] {
 
 inline bool is_digit(char c) noexcept { return c >= '0' && c <= '9'; }
 
+// The reader behind parse(). Only the unit that defines parse() needs its definition.
+#if SLM_DEFINE_IO
 class parser {
  public:
   parser(std::string_view text, const parse_options& opt) noexcept
@@ -922,17 +887,12 @@ class parser {
   std::vector<member> members_;
   std::vector<const char*> key_at_;  // where each key in members_ starts, for messages
 };
+#endif  // SLM_DEFINE_IO
 
 }  // namespace detail
 
 // Parses one JSON document. The result owns all its data; `text` may go away after.
-inline result<value> parse(std::string_view text, const parse_options& opt = {}) {
-  if (text.size() > opt.max_bytes) {
-    return make_error(errc::out_of_range, "input too large (expected at most ", opt.max_bytes,
-                      " bytes per parse_options::max_bytes, found ", text.size(), " bytes)");
-  }
-  return detail::parser(text, opt).run();
-}
+result<value> parse(std::string_view text, const parse_options& opt = {});
 
 // ---- writing ----
 
@@ -940,7 +900,83 @@ inline result<value> parse(std::string_view text, const parse_options& opt = {})
 // quote, backslash and \b \f \n \r \t by name, other control characters as \u00XX,
 // everything else (UTF-8 included) as is. Bytes that are not valid UTF-8 (possible only
 // in strings built by hand) become U+FFFD, so the output is always valid JSON.
-inline void append_quoted(std::string& out, std::string_view s) {
+void append_quoted(std::string& out, std::string_view s);
+
+// Compact, deterministic: members in their order, integers exactly, other numbers in
+// the shortest form that reads back to the same double; non-finite doubles (only
+// possible in values built by hand) are written as null, as JSON has no spelling for them.
+void dump_to(std::string& out, const value& v);
+
+std::string dump(const value& v);
+
+// ---- implementation (compiled once in the io unit in compiled mode) ----
+
+#if SLM_DEFINE_IO
+
+namespace detail {
+
+SLM_INLINE utf8_check check_utf8(const unsigned char* p, const unsigned char* end) noexcept {
+  const unsigned lead = p[0];
+  std::size_t length = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  utf8_error second_byte_error = utf8_error::none;
+  if (lead < 0xC0) return {1, utf8_error::stray_continuation};
+  if (lead < 0xC2) return {end - p > 1 ? 2u : 1u, utf8_error::overlong};
+  if (lead < 0xE0) {
+    length = 2;
+  } else if (lead < 0xF0) {
+    length = 3;
+    if (lead == 0xE0) lo = 0xA0, second_byte_error = utf8_error::overlong;
+    if (lead == 0xED) hi = 0x9F, second_byte_error = utf8_error::surrogate;
+  } else if (lead < 0xF5) {
+    length = 4;
+    if (lead == 0xF0) lo = 0x90, second_byte_error = utf8_error::overlong;
+    if (lead == 0xF4) hi = 0x8F, second_byte_error = utf8_error::too_large;
+  } else {
+    return {1, lead < 0xF8 ? utf8_error::too_large : utf8_error::bad_lead};
+  }
+  for (std::size_t i = 1; i < length; ++i) {
+    if (p + i == end || (p[i] & 0xC0) != 0x80) return {i, utf8_error::truncated};
+    if (i == 1 && (p[1] < lo || p[1] > hi)) return {2, second_byte_error};
+  }
+  return {length, utf8_error::none};
+}
+
+SLM_INLINE void append_utf8(std::string& out, std::uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+SLM_INLINE void append_hex(std::string& out, unsigned v, int digits) {
+  for (int shift = 4 * (digits - 1); shift >= 0; shift -= 4) {
+    out.push_back("0123456789ABCDEF"[(v >> shift) & 0xF]);
+  }
+}
+
+}  // namespace detail
+
+SLM_INLINE result<value> parse(std::string_view text, const parse_options& opt) {
+  if (text.size() > opt.max_bytes) {
+    return make_error(errc::out_of_range, "input too large (expected at most ", opt.max_bytes,
+                      " bytes per parse_options::max_bytes, found ", text.size(), " bytes)");
+  }
+  return detail::parser(text, opt).run();
+}
+
+SLM_INLINE void append_quoted(std::string& out, std::string_view s) {
   out.push_back('"');
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto* end = p + s.size();
@@ -980,10 +1016,7 @@ inline void append_quoted(std::string& out, std::string_view s) {
   out.push_back('"');
 }
 
-// Compact, deterministic: members in their order, integers exactly, other numbers in
-// the shortest form that reads back to the same double; non-finite doubles (only
-// possible in values built by hand) are written as null, as JSON has no spelling for them.
-inline void dump_to(std::string& out, const value& v) {
+SLM_INLINE void dump_to(std::string& out, const value& v) {
   switch (v.type()) {
     case kind::null: out += "null"; return;
     case kind::boolean: out += v.as_bool() ? "true" : "false"; return;
@@ -1034,13 +1067,13 @@ inline void dump_to(std::string& out, const value& v) {
   }
 }
 
-inline std::string dump(const value& v) {
+SLM_INLINE std::string dump(const value& v) {
   std::string out;
   dump_to(out, v);
   return out;
 }
 
-inline std::string detail::parser::quoted_excerpt(std::string_view s) {
+SLM_INLINE std::string detail::parser::quoted_excerpt(std::string_view s) {
   constexpr std::size_t max_bytes = 64;
   if (s.size() <= max_bytes) {
     std::string out;
@@ -1054,5 +1087,7 @@ inline std::string detail::parser::quoted_excerpt(std::string_view s) {
   out.insert(out.size() - 1, "...");
   return out;
 }
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm::json

@@ -51,67 +51,14 @@ class mapped_file {
   mapped_file& operator=(const mapped_file&) = delete;
   ~mapped_file() { unmap(); }
 
-  static result<mapped_file> open(const std::filesystem::path& path) {
-    mapped_file f;
-    f.path_ = path.string();
-#if SLM_HAVE_MMAP
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return open_error(path, errno);
-    struct stat st {};
-    if (::fstat(fd, &st) != 0) {
-      const int e = errno;
-      ::close(fd);
-      return open_error(path, e);
-    }
-    if (!S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return make_error(errc::io_error, path.string(), ": not a regular file");
-    }
-    f.size_ = static_cast<std::size_t>(st.st_size);
-    if (f.size_ > 0) {  // mmap of length 0 is an error; an empty file is a valid (empty) mapping
-      void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const int e = errno;
-        ::close(fd);
-        return make_error(errc::io_error, path.string(), ": mmap of ", f.size_, " bytes failed: ", std::strerror(e));
-      }
-      f.data_ = static_cast<const std::byte*>(p);
-    }
-    ::close(fd);  // the mapping keeps the file alive
-    return f;
-#else
-    std::FILE* fp = std::fopen(path.string().c_str(), "rb");
-    if (!fp) return open_error(path, errno);
-    std::fseek(fp, 0, SEEK_END);
-    const long len = std::ftell(fp);
-    std::fseek(fp, 0, SEEK_SET);
-    if (len < 0) {
-      std::fclose(fp);
-      return make_error(errc::io_error, path.string(), ": cannot determine the file size");
-    }
-    auto buf = aligned_buffer::allocate(static_cast<std::size_t>(len));
-    if (!buf.ok()) {
-      std::fclose(fp);
-      return std::move(buf).take_error().with_context(path.string());
-    }
-    const std::size_t got = len ? std::fread(buf->data(), 1, static_cast<std::size_t>(len), fp) : 0;
-    std::fclose(fp);
-    if (got != static_cast<std::size_t>(len)) return make_error(errc::io_error, path.string(), ": short read");
-    f.fallback_ = std::move(*buf);
-    f.data_ = f.fallback_.data();
-    f.size_ = f.fallback_.size();
-    return f;
-#endif
-  }
+  static result<mapped_file> open(const std::filesystem::path& path);
 
   std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
   std::size_t size() const noexcept { return size_; }
   const std::string& path() const noexcept { return path_; }
 
  private:
-  static status open_error(const std::filesystem::path& path, int e) {
-    return make_error(e == ENOENT ? errc::not_found : errc::io_error, path.string(), ": cannot open: ", std::strerror(e));
-  }
+  static status open_error(const std::filesystem::path& path, int e);
   void unmap() noexcept {
 #if SLM_HAVE_MMAP
     if (data_ && !fallback_.data()) ::munmap(const_cast<std::byte*>(data_), size_);
@@ -127,12 +74,75 @@ class mapped_file {
 };
 
 // Whole-file read into a string (small text files: config.json, tokenizer.json).
-inline result<std::string> read_text_file(const std::filesystem::path& path, std::size_t max_bytes = 256u << 20) {
+result<std::string> read_text_file(const std::filesystem::path& path, std::size_t max_bytes = 256u << 20);
+
+#if SLM_DEFINE_IO
+
+SLM_INLINE result<mapped_file> mapped_file::open(const std::filesystem::path& path) {
+  mapped_file f;
+  f.path_ = path.string();
+#if SLM_HAVE_MMAP
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return open_error(path, errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return open_error(path, e);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return make_error(errc::io_error, path.string(), ": not a regular file");
+  }
+  f.size_ = static_cast<std::size_t>(st.st_size);
+  if (f.size_ > 0) {  // mmap of length 0 is an error; an empty file is a valid (empty) mapping
+    void* p = ::mmap(nullptr, f.size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::close(fd);
+      return make_error(errc::io_error, path.string(), ": mmap of ", f.size_, " bytes failed: ", std::strerror(e));
+    }
+    f.data_ = static_cast<const std::byte*>(p);
+  }
+  ::close(fd);  // the mapping keeps the file alive
+  return f;
+#else
+  std::FILE* fp = std::fopen(path.string().c_str(), "rb");
+  if (!fp) return open_error(path, errno);
+  std::fseek(fp, 0, SEEK_END);
+  const long len = std::ftell(fp);
+  std::fseek(fp, 0, SEEK_SET);
+  if (len < 0) {
+    std::fclose(fp);
+    return make_error(errc::io_error, path.string(), ": cannot determine the file size");
+  }
+  auto buf = aligned_buffer::allocate(static_cast<std::size_t>(len));
+  if (!buf.ok()) {
+    std::fclose(fp);
+    return std::move(buf).take_error().with_context(path.string());
+  }
+  const std::size_t got = len ? std::fread(buf->data(), 1, static_cast<std::size_t>(len), fp) : 0;
+  std::fclose(fp);
+  if (got != static_cast<std::size_t>(len)) return make_error(errc::io_error, path.string(), ": short read");
+  f.fallback_ = std::move(*buf);
+  f.data_ = f.fallback_.data();
+  f.size_ = f.fallback_.size();
+  return f;
+#endif
+}
+
+SLM_INLINE status mapped_file::open_error(const std::filesystem::path& path, int e) {
+  return make_error(e == ENOENT ? errc::not_found : errc::io_error, path.string(), ": cannot open: ", std::strerror(e));
+}
+
+SLM_INLINE result<std::string> read_text_file(const std::filesystem::path& path, std::size_t max_bytes) {
   auto f = mapped_file::open(path);
   if (!f.ok()) return std::move(f).take_error();
   if (f->size() > max_bytes)
     return make_error(errc::out_of_range, path.string(), ": ", f->size(), " bytes exceeds the limit of ", max_bytes);
   return std::string(reinterpret_cast<const char*>(f->bytes().data()), f->size());
 }
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm

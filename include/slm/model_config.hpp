@@ -106,21 +106,7 @@ struct model_config {
   std::size_t qk_head_dim() const noexcept { return qk_nope_dim + qk_rope_dim; }
 
   // What layer i needs, in words (for errors that say why a composition does not fit).
-  std::string describe_layer(std::size_t i) const {
-    const layer_spec& l = layers[i];
-    std::string s = l.attention == attention_kind::mla    ? (l.sparse ? "MLA attention with DSA" : "MLA attention")
-                    : l.attention == attention_kind::gqa  ? "GQA attention"
-                    : l.attention == attention_kind::mamba2 ? "a Mamba-2 mixer"
-                                                            : "no sequence mixer";
-    if (l.attention == attention_kind::gqa || l.attention == attention_kind::mla)
-      s += rope.type == rope_type::none ? ", no RoPE" : rope_interleave ? ", interleaved RoPE" : ", half-split RoPE";
-    if (l.window) s += cat(", a sliding window of ", l.window);
-    s += l.ffn == ffn_kind::none ? ", no feed-forward"
-         : l.ffn == ffn_kind::dense ? ", a dense MLP"
-         : router == router_kind::softmax_topk ? ", MoE with softmax top-k routing"
-                                               : ", MoE with sigmoid group-limited routing";
-    return s;
-  }
+  std::string describe_layer(std::size_t i) const;
 
   static result<model_config> from_json(const json::value& cfg);
 
@@ -129,6 +115,9 @@ struct model_config {
   static status from_json_granite(const json::value& cfg, model_config& c);
 };
 
+#if SLM_DEFINE_IO
+
+// The config.json reader of the parsers below (needed only where they are defined).
 namespace detail::cfg {
 
 struct reader {
@@ -176,9 +165,25 @@ struct reader {
 
 }  // namespace detail::cfg
 
+SLM_INLINE std::string model_config::describe_layer(std::size_t i) const {
+  const layer_spec& l = layers[i];
+  std::string s = l.attention == attention_kind::mla    ? (l.sparse ? "MLA attention with DSA" : "MLA attention")
+                  : l.attention == attention_kind::gqa  ? "GQA attention"
+                  : l.attention == attention_kind::mamba2 ? "a Mamba-2 mixer"
+                                                          : "no sequence mixer";
+  if (l.attention == attention_kind::gqa || l.attention == attention_kind::mla)
+    s += rope.type == rope_type::none ? ", no RoPE" : rope_interleave ? ", interleaved RoPE" : ", half-split RoPE";
+  if (l.window) s += cat(", a sliding window of ", l.window);
+  s += l.ffn == ffn_kind::none ? ", no feed-forward"
+       : l.ffn == ffn_kind::dense ? ", a dense MLP"
+       : router == router_kind::softmax_topk ? ", MoE with softmax top-k routing"
+                                             : ", MoE with sigmoid group-limited routing";
+  return s;
+}
+
 // mamba2 (pure Mamba-2 stack) and nemotron_h (a pattern of Mamba-2, attention without
 // RoPE, relu^2 MLP and MoE blocks): backbone.layers.N.{norm, mixer}.
-inline result<model_config> model_config::from_json_mamba_style(const json::value& cfg) {
+SLM_INLINE result<model_config> model_config::from_json_mamba_style(const json::value& cfg) {
   const detail::cfg::reader r{cfg};
   model_config c;
   c.model_type = std::string(cfg.get_string("model_type"));
@@ -322,7 +327,7 @@ inline result<model_config> model_config::from_json_mamba_style(const json::valu
 // granitemoehybrid: Llama-style names, each layer Mamba-2 (model.layers.N.mamba) or
 // attention, then a softmax top-k MoE (block_sparse_moe, stacked input_linear /
 // output_linear experts) plus a gated shared MLP (shared_mlp), and muP multipliers.
-inline status model_config::from_json_granite(const json::value& cfg, model_config& c) {
+SLM_INLINE status model_config::from_json_granite(const json::value& cfg, model_config& c) {
   const detail::cfg::reader r{cfg};
   c.mamba_name = "mamba";
   c.ffn_name = "block_sparse_moe";
@@ -375,7 +380,7 @@ inline status model_config::from_json_granite(const json::value& cfg, model_conf
   return {};
 }
 
-inline result<model_config> model_config::from_json(const json::value& cfg) {
+SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) {
   if (!cfg.is_object()) return make_error(errc::format_error, "config.json is not an object");
   const detail::cfg::reader r{cfg};
   model_config c;
@@ -580,5 +585,7 @@ inline result<model_config> model_config::from_json(const json::value& cfg) {
   }
   return c;
 }
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm

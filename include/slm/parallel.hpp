@@ -304,68 +304,19 @@ struct pool_state {
   pool_state(const pool_state&) = delete;
   pool_state& operator=(const pool_state&) = delete;
 
-  ~pool_state() {
-    stop.store(true, std::memory_order_seq_cst);
-    wake.notify_all();
-    for (std::size_t i = 0; i < n_started; ++i) {
-#ifdef SLM_DETAIL_PTHREADS
-      pthread_join(workers[i].handle, nullptr);
-#else
-      workers[i].thread.join();
-#endif
-    }
-  }
+  ~pool_state();
 
   // Take tasks until none are left. Dynamic claiming only decides which thread runs
   // a task, never what the task computes, so results stay deterministic.
-  void drain() noexcept {
-    const task_ref& fn = *job_fn;
-    const std::size_t n = job_n;
-    for (std::size_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(t);
-  }
+  void drain() noexcept;
 
-  void worker_main(std::size_t index) noexcept {
-    std::uint64_t seen = 0;  // not the current word: a job may predate our start
-    for (;;) {
-      wait_for([&] { return word.load(std::memory_order_seq_cst) != seen || stop.load(std::memory_order_seq_cst); },
-               wake, wake_sleepers, worker_spin);
-      if (stop.load(std::memory_order_acquire)) return;
-      // A generation this worker takes part in cannot end without it, so any job it
-      // missed while asleep was one it had no part in.
-      seen = word.load(std::memory_order_acquire);
-      if (index >= (seen & participants_mask)) continue;
-      drain();
-      if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-          done_sleepers.load(std::memory_order_seq_cst) != 0)
-        done.notify_all();
-    }
-  }
+  void worker_main(std::size_t index) noexcept;
 
   // Caller side, holding run_mutex.
-  void dispatch(std::size_t n, const task_ref& fn) noexcept {
-    const std::size_t p = n < n_threads ? n : n_threads;
-    job_fn = &fn;
-    job_n = n;
-    next.store(0, std::memory_order_relaxed);
-    pending.store(static_cast<std::uint32_t>(p - 1), std::memory_order_relaxed);
-    ++generation;
-    word.store((generation << 16) | p, std::memory_order_seq_cst);  // publishes the job
-    if (wake_sleepers.load(std::memory_order_seq_cst) != 0) wake.notify_all();
-    drain();
-    wait_for([&] { return pending.load(std::memory_order_seq_cst) == 0; }, done, done_sleepers, caller_spin);
-  }
+  void dispatch(std::size_t n, const task_ref& fn) noexcept;
 
   // Is this thread one of this pool's workers (so already inside one of its runs)?
-  bool is_worker_thread() const noexcept {
-    for (std::size_t i = 0; i < n_started; ++i) {
-#ifdef SLM_DETAIL_PTHREADS
-      if (pthread_equal(pthread_self(), workers[i].handle)) return true;
-#else
-      if (workers[i].thread.get_id() == std::this_thread::get_id()) return true;
-#endif
-    }
-    return false;
-  }
+  bool is_worker_thread() const noexcept;
 
   const std::size_t n_threads;
   std::chrono::nanoseconds worker_spin{0};  // then sleep until the next job
@@ -391,19 +342,12 @@ struct pool_state {
 };
 
 #ifdef SLM_DETAIL_PTHREADS
-inline void* pool_worker_entry(void* arg) noexcept {
-  auto* w = static_cast<pool_worker*>(arg);
-  w->owner->worker_main(w->index);
-  return nullptr;
-}
+void* pool_worker_entry(void* arg) noexcept;
 
 // strerror_r is the XSI (int) or the GNU (char*) variant depending on the libc.
 inline const char* strerror_pick(int rc, const char* buf) noexcept { return rc == 0 ? buf : "unknown error"; }
 inline const char* strerror_pick(const char* s, const char*) noexcept { return s; }
-inline std::string errno_text(int e) {
-  char buf[256] = {};
-  return strerror_pick(strerror_r(e, buf, sizeof buf), buf);
-}
+std::string errno_text(int e);
 #endif
 
 }  // namespace detail
@@ -428,75 +372,12 @@ class thread_pool {
 
   // n_threads counts the thread that calls run(): create(4) starts 3 workers. Fails
   // (rather than aborting) when the OS refuses a thread or memory runs out.
-  static result<thread_pool> create(std::size_t n_threads) {
-    if (n_threads == 0) return make_error(errc::invalid_argument, "thread_pool: n_threads must be at least 1");
-    if (n_threads > max_threads)
-      return make_error(errc::out_of_range, "thread_pool: ", n_threads, " threads requested, at most ",
-                        max_threads, " supported");
-    thread_pool pool;
-    if (n_threads == 1) return pool;
-    pool.s_.reset(new (std::nothrow) detail::pool_state(n_threads));
-    detail::pool_state* s = pool.s_.get();
-    if (s) s->workers.reset(new (std::nothrow) detail::pool_worker[n_threads - 1]);
-    if (!s || !s->workers) return make_error(errc::out_of_memory, "thread_pool: cannot allocate pool state");
-    // Spinning only helps when every thread has a core; oversubscribed, spinners
-    // steal time from the threads doing the work. The caller spins longer: its core
-    // has nothing else to do, and sleeping would add a second wake-up (tens to
-    // hundreds of microseconds) when a worker is late.
-    if (n_threads <= hardware_threads()) {
-      s->worker_spin = std::chrono::microseconds(100);
-      s->caller_spin = std::chrono::microseconds(1000);
-    }
-    for (std::size_t i = 0; i + 1 < n_threads; ++i) {
-      detail::pool_worker& w = s->workers[i];
-      w.owner = s;
-      w.index = i + 1;
-#ifdef SLM_DETAIL_PTHREADS
-      const int rc = pthread_create(&w.handle, nullptr, &detail::pool_worker_entry, &w);
-      if (rc != 0) {
-        // Returning destroys the state, which stops and joins the workers started.
-        return make_error(rc == EAGAIN || rc == ENOMEM ? errc::out_of_memory : errc::io_error,
-                          "thread_pool: cannot start thread ", i + 2, " of ", n_threads, ": ",
-                          detail::errno_text(rc));
-      }
-#elif defined(__cpp_exceptions)
-      try {
-        w.thread = std::thread([s, idx = w.index] { s->worker_main(idx); });
-      } catch (const std::exception& e) {
-        return make_error(errc::out_of_memory, "thread_pool: cannot start thread ", i + 2, " of ",
-                          n_threads, ": ", e.what());
-      }
-#else
-      // Without exceptions std::thread cannot report failure; only POSIX avoids this.
-      w.thread = std::thread([s, idx = w.index] { s->worker_main(idx); });
-#endif
-      ++s->n_started;
-    }
-    return pool;
-  }
+  static result<thread_pool> create(std::size_t n_threads);
 
   std::size_t concurrency() const noexcept { return s_ ? s_->n_threads : 1; }
 
   // Safe to call from several threads: calls serialize. Does not allocate.
-  void run(std::size_t n_tasks, task_ref fn) noexcept {
-    if (n_tasks == 0) return;
-    detail::pool_state* s = s_.get();
-    if (!s || n_tasks == 1 || nested(*s)) {
-      for (std::size_t i = 0; i < n_tasks; ++i) fn(i);
-      return;
-    }
-    std::unique_lock<std::mutex> lock(s->run_mutex, std::try_to_lock);
-    if (!lock.owns_lock()) {
-      if (s->is_worker_thread()) {  // a worker of this pool, inside one of its tasks
-        for (std::size_t i = 0; i < n_tasks; ++i) fn(i);
-        return;
-      }
-      lock.lock();
-    }
-    s->owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
-    s->dispatch(n_tasks, fn);
-    s->owner.store(std::thread::id{}, std::memory_order_relaxed);
-  }
+  void run(std::size_t n_tasks, task_ref fn) noexcept;
 
  private:
   // The caller of a run() in progress calling run() again from a task: locking
@@ -602,5 +483,152 @@ template <class E, class F>
 status parallel_for(E&& ex, std::size_t begin, std::size_t end, F&& body, const cancellation* cancel = nullptr) {
   return parallel_for(ex, begin, end, 1, body, cancel);
 }
+
+#if SLM_DEFINE_IO
+
+SLM_INLINE detail::pool_state::~pool_state() {
+  stop.store(true, std::memory_order_seq_cst);
+  wake.notify_all();
+  for (std::size_t i = 0; i < n_started; ++i) {
+#ifdef SLM_DETAIL_PTHREADS
+    pthread_join(workers[i].handle, nullptr);
+#else
+    workers[i].thread.join();
+#endif
+  }
+}
+
+SLM_INLINE void detail::pool_state::drain() noexcept {
+  const task_ref& fn = *job_fn;
+  const std::size_t n = job_n;
+  for (std::size_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(t);
+}
+
+SLM_INLINE void detail::pool_state::worker_main(std::size_t index) noexcept {
+  std::uint64_t seen = 0;  // not the current word: a job may predate our start
+  for (;;) {
+    wait_for([&] { return word.load(std::memory_order_seq_cst) != seen || stop.load(std::memory_order_seq_cst); },
+             wake, wake_sleepers, worker_spin);
+    if (stop.load(std::memory_order_acquire)) return;
+    // A generation this worker takes part in cannot end without it, so any job it
+    // missed while asleep was one it had no part in.
+    seen = word.load(std::memory_order_acquire);
+    if (index >= (seen & participants_mask)) continue;
+    drain();
+    if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
+        done_sleepers.load(std::memory_order_seq_cst) != 0)
+      done.notify_all();
+  }
+}
+
+SLM_INLINE void detail::pool_state::dispatch(std::size_t n, const task_ref& fn) noexcept {
+  const std::size_t p = n < n_threads ? n : n_threads;
+  job_fn = &fn;
+  job_n = n;
+  next.store(0, std::memory_order_relaxed);
+  pending.store(static_cast<std::uint32_t>(p - 1), std::memory_order_relaxed);
+  ++generation;
+  word.store((generation << 16) | p, std::memory_order_seq_cst);  // publishes the job
+  if (wake_sleepers.load(std::memory_order_seq_cst) != 0) wake.notify_all();
+  drain();
+  wait_for([&] { return pending.load(std::memory_order_seq_cst) == 0; }, done, done_sleepers, caller_spin);
+}
+
+SLM_INLINE bool detail::pool_state::is_worker_thread() const noexcept {
+  for (std::size_t i = 0; i < n_started; ++i) {
+#ifdef SLM_DETAIL_PTHREADS
+    if (pthread_equal(pthread_self(), workers[i].handle)) return true;
+#else
+    if (workers[i].thread.get_id() == std::this_thread::get_id()) return true;
+#endif
+  }
+  return false;
+}
+
+#ifdef SLM_DETAIL_PTHREADS
+namespace detail {
+
+SLM_INLINE void* pool_worker_entry(void* arg) noexcept {
+  auto* w = static_cast<pool_worker*>(arg);
+  w->owner->worker_main(w->index);
+  return nullptr;
+}
+
+SLM_INLINE std::string errno_text(int e) {
+  char buf[256] = {};
+  return strerror_pick(strerror_r(e, buf, sizeof buf), buf);
+}
+
+}  // namespace detail
+#endif  // SLM_DETAIL_PTHREADS
+
+SLM_INLINE result<thread_pool> thread_pool::create(std::size_t n_threads) {
+  if (n_threads == 0) return make_error(errc::invalid_argument, "thread_pool: n_threads must be at least 1");
+  if (n_threads > max_threads)
+    return make_error(errc::out_of_range, "thread_pool: ", n_threads, " threads requested, at most ",
+                      max_threads, " supported");
+  thread_pool pool;
+  if (n_threads == 1) return pool;
+  pool.s_.reset(new (std::nothrow) detail::pool_state(n_threads));
+  detail::pool_state* s = pool.s_.get();
+  if (s) s->workers.reset(new (std::nothrow) detail::pool_worker[n_threads - 1]);
+  if (!s || !s->workers) return make_error(errc::out_of_memory, "thread_pool: cannot allocate pool state");
+  // Spinning only helps when every thread has a core; oversubscribed, spinners
+  // steal time from the threads doing the work. The caller spins longer: its core
+  // has nothing else to do, and sleeping would add a second wake-up (tens to
+  // hundreds of microseconds) when a worker is late.
+  if (n_threads <= hardware_threads()) {
+    s->worker_spin = std::chrono::microseconds(100);
+    s->caller_spin = std::chrono::microseconds(1000);
+  }
+  for (std::size_t i = 0; i + 1 < n_threads; ++i) {
+    detail::pool_worker& w = s->workers[i];
+    w.owner = s;
+    w.index = i + 1;
+#ifdef SLM_DETAIL_PTHREADS
+    const int rc = pthread_create(&w.handle, nullptr, &detail::pool_worker_entry, &w);
+    if (rc != 0) {
+      // Returning destroys the state, which stops and joins the workers started.
+      return make_error(rc == EAGAIN || rc == ENOMEM ? errc::out_of_memory : errc::io_error,
+                        "thread_pool: cannot start thread ", i + 2, " of ", n_threads, ": ",
+                        detail::errno_text(rc));
+    }
+#elif defined(__cpp_exceptions)
+    try {
+      w.thread = std::thread([s, idx = w.index] { s->worker_main(idx); });
+    } catch (const std::exception& e) {
+      return make_error(errc::out_of_memory, "thread_pool: cannot start thread ", i + 2, " of ",
+                        n_threads, ": ", e.what());
+    }
+#else
+    // Without exceptions std::thread cannot report failure; only POSIX avoids this.
+    w.thread = std::thread([s, idx = w.index] { s->worker_main(idx); });
+#endif
+    ++s->n_started;
+  }
+  return pool;
+}
+
+SLM_INLINE void thread_pool::run(std::size_t n_tasks, task_ref fn) noexcept {
+  if (n_tasks == 0) return;
+  detail::pool_state* s = s_.get();
+  if (!s || n_tasks == 1 || nested(*s)) {
+    for (std::size_t i = 0; i < n_tasks; ++i) fn(i);
+    return;
+  }
+  std::unique_lock<std::mutex> lock(s->run_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    if (s->is_worker_thread()) {  // a worker of this pool, inside one of its tasks
+      for (std::size_t i = 0; i < n_tasks; ++i) fn(i);
+      return;
+    }
+    lock.lock();
+  }
+  s->owner.store(std::this_thread::get_id(), std::memory_order_relaxed);
+  s->dispatch(n_tasks, fn);
+  s->owner.store(std::thread::id{}, std::memory_order_relaxed);
+}
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm

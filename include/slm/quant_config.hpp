@@ -42,7 +42,77 @@ namespace slm {
 // Shell-style wildcard match (fnmatch without flags): '*' any run, '?' one character,
 // '[abc]' / '[a-z]' / '[!abc]' a set. Iterative with one backtrack point: linear-ish
 // and no recursion, so hostile patterns cannot blow the stack.
-inline bool glob_match(std::string_view pattern, std::string_view text) noexcept {
+bool glob_match(std::string_view pattern, std::string_view text) noexcept;
+
+enum class quant_method : std::uint8_t { none, modelopt, compressed_tensors, mxfp4 };
+
+constexpr std::string_view to_string(quant_method m) noexcept {
+  switch (m) {
+    case quant_method::none: return "none";
+    case quant_method::modelopt: return "modelopt";
+    case quant_method::compressed_tensors: return "compressed-tensors";
+    case quant_method::mxfp4: return "mxfp4";
+  }
+  return "?";
+}
+
+struct quant_config {
+  quant_method method = quant_method::none;
+  std::string algo;  // ModelOpt quant_algo ("NVFP4", "FP8", "MIXED_PRECISION", ...) or CT format
+  int group_size = 0;
+  std::vector<std::string> exclude;  // module-name patterns left unquantized
+  // MIXED_PRECISION: module path -> its own algorithm; modules absent are unquantized.
+  std::vector<std::pair<std::string, std::string>> layers;
+
+  // The checkpoint's description: config.json quantization_config first, then
+  // hf_quant_config.json (older ModelOpt exports), else none.
+  static result<quant_config> from_checkpoint(const checkpoint& ck);
+
+  static result<quant_config> from_hf_quant_config(const json::value& doc);
+
+  static result<quant_config> from_quantization_config(const json::value& q);
+
+  // Is the module (a weight name with or without ".weight") left unquantized? ModelOpt's
+  // and gpt-oss' lists are shell wildcards; "a.b*" covers a.b and everything under it.
+  // Older ModelOpt exports relied on substring matching, which vLLM keeps for
+  // compatibility; so do we. compressed-tensors' "re:" patterns are regular
+  // expressions we do not evaluate (the tensors themselves still decide, see
+  // load_linear_weight), so they never match here.
+  bool is_excluded(std::string_view module) const noexcept;
+
+ private:
+  static status read_strings(const json::value& q, const char* key, std::vector<std::string>& out);
+  static status read_common(const json::value& q, const char* algo_key, const char* exclude_key, quant_config& c);
+};
+
+namespace detail {
+
+// The one scalar a global scale tensor holds ([] or [1]), which must be finite and >= 0.
+result<float> read_global_scale(const checkpoint& ck, const std::string& name);
+
+// A view builder's complaint about a file's tensors is a format error of that file.
+result<weight_matrix> from_file(result<weight_matrix> w, const checkpoint& ck, std::string_view module);
+
+}  // namespace detail
+
+// The weight of the linear module `module` (e.g. "model.layers.3.mlp.down_proj"), in
+// whatever layout the checkpoint stores it, as a view (built and validated by the
+// make_* functions of dequantize.hpp). Errors name the module, the tensor and the
+// expected vs found dtype and shape. `index` selects one matrix of Transformer Engine's
+// grouped experts, whose tensors carry it after the parameter name: module
+// "mlp.experts.linear_fc1", index "3" reads `.weight3` (and `.weight_scale3`,
+// `.weight_scale_23` when quantized, as slm quantize writes them).
+result<weight_matrix> load_linear_weight(const checkpoint& ck, std::string_view module,
+                                         std::string_view index = {});
+
+// One expert of a gpt-oss style stacked MXFP4 tensor: P_blocks U8 [E, N, K/32, 16],
+// P_scales U8 [E, N, K/32] (biased E8M0), e.g. P = "model.layers.0.mlp.experts.down_proj".
+// For gate_up_proj the rows interleave gate (even) and up (odd) (spec 6.2).
+result<weight_matrix> load_mxfp4_expert(const checkpoint& ck, std::string_view stacked, std::size_t expert);
+
+#if SLM_DEFINE_IO
+
+SLM_INLINE bool glob_match(std::string_view pattern, std::string_view text) noexcept {
   std::size_t p = 0, t = 0, star_p = std::string_view::npos, star_t = 0;
   auto match_set = [&](std::size_t& pi, char c) -> int {  // 1 match, 0 no match, -1 malformed
     std::size_t i = pi + 1;
@@ -93,121 +163,91 @@ inline bool glob_match(std::string_view pattern, std::string_view text) noexcept
   return p == pattern.size();
 }
 
-enum class quant_method : std::uint8_t { none, modelopt, compressed_tensors, mxfp4 };
-
-constexpr std::string_view to_string(quant_method m) noexcept {
-  switch (m) {
-    case quant_method::none: return "none";
-    case quant_method::modelopt: return "modelopt";
-    case quant_method::compressed_tensors: return "compressed-tensors";
-    case quant_method::mxfp4: return "mxfp4";
-  }
-  return "?";
+SLM_INLINE result<quant_config> quant_config::from_checkpoint(const checkpoint& ck) {
+  if (const json::value* q = ck.quantization_config()) return from_quantization_config(*q);
+  if (const json::value* h = ck.hf_quant_config()) return from_hf_quant_config(*h);
+  return quant_config{};
 }
 
-struct quant_config {
-  quant_method method = quant_method::none;
-  std::string algo;  // ModelOpt quant_algo ("NVFP4", "FP8", "MIXED_PRECISION", ...) or CT format
-  int group_size = 0;
-  std::vector<std::string> exclude;  // module-name patterns left unquantized
-  // MIXED_PRECISION: module path -> its own algorithm; modules absent are unquantized.
-  std::vector<std::pair<std::string, std::string>> layers;
-
-  // The checkpoint's description: config.json quantization_config first, then
-  // hf_quant_config.json (older ModelOpt exports), else none.
-  static result<quant_config> from_checkpoint(const checkpoint& ck) {
-    if (const json::value* q = ck.quantization_config()) return from_quantization_config(*q);
-    if (const json::value* h = ck.hf_quant_config()) return from_hf_quant_config(*h);
-    return quant_config{};
+SLM_INLINE result<quant_config> quant_config::from_hf_quant_config(const json::value& doc) {
+  const json::value& q = doc["quantization"];
+  if (!q.is_object()) return make_error(errc::format_error, "hf_quant_config.json: no \"quantization\" object");
+  quant_config c;
+  c.method = quant_method::modelopt;
+  SLM_TRY(read_common(q, "quant_algo", "exclude_modules", c));
+  if (const json::value* layers = q.find("quantized_layers"); layers && layers->is_object()) {
+    for (const json::member& m : layers->members()) {
+      const json::value& a = m.val["quant_algo"];
+      if (!a.is_string())
+        return make_error(errc::format_error, "hf_quant_config.json: quantized_layers[\"", m.key, "\"] has no quant_algo");
+      c.layers.emplace_back(m.key, std::string(a.as_string()));
+    }
   }
+  return c;
+}
 
-  static result<quant_config> from_hf_quant_config(const json::value& doc) {
-    const json::value& q = doc["quantization"];
-    if (!q.is_object()) return make_error(errc::format_error, "hf_quant_config.json: no \"quantization\" object");
-    quant_config c;
+SLM_INLINE result<quant_config> quant_config::from_quantization_config(const json::value& q) {
+  const json::value& method = q["quant_method"];
+  if (!method.is_string()) return make_error(errc::format_error, "quantization_config: no \"quant_method\" string");
+  quant_config c;
+  const std::string_view m = method.as_string();
+  if (m == "modelopt") {
     c.method = quant_method::modelopt;
-    SLM_TRY(read_common(q, "quant_algo", "exclude_modules", c));
-    if (const json::value* layers = q.find("quantized_layers"); layers && layers->is_object()) {
-      for (const json::member& m : layers->members()) {
-        const json::value& a = m.val["quant_algo"];
-        if (!a.is_string())
-          return make_error(errc::format_error, "hf_quant_config.json: quantized_layers[\"", m.key, "\"] has no quant_algo");
-        c.layers.emplace_back(m.key, std::string(a.as_string()));
-      }
+    SLM_TRY(read_common(q, "quant_algo", "ignore", c));
+  } else if (m == "compressed-tensors") {
+    c.method = quant_method::compressed_tensors;
+    SLM_TRY(read_common(q, "format", "ignore", c));
+    if (c.algo.empty()) {  // the format may be given per group only
+      for (const json::member& g : q["config_groups"].members())
+        if (g.val["format"].is_string()) c.algo = std::string(g.val["format"].as_string());
     }
-    return c;
+  } else if (m == "mxfp4") {  // gpt-oss
+    c.method = quant_method::mxfp4;
+    c.algo = "MXFP4";
+    c.group_size = 32;
+    SLM_TRY(read_strings(q, "modules_to_not_convert", c.exclude));
+  } else {
+    return make_error(errc::unsupported, "quantization_config: quant_method \"", m,
+                      "\" is not supported (modelopt, compressed-tensors and mxfp4 are)");
   }
+  return c;
+}
 
-  static result<quant_config> from_quantization_config(const json::value& q) {
-    const json::value& method = q["quant_method"];
-    if (!method.is_string()) return make_error(errc::format_error, "quantization_config: no \"quant_method\" string");
-    quant_config c;
-    const std::string_view m = method.as_string();
-    if (m == "modelopt") {
-      c.method = quant_method::modelopt;
-      SLM_TRY(read_common(q, "quant_algo", "ignore", c));
-    } else if (m == "compressed-tensors") {
-      c.method = quant_method::compressed_tensors;
-      SLM_TRY(read_common(q, "format", "ignore", c));
-      if (c.algo.empty()) {  // the format may be given per group only
-        for (const json::member& g : q["config_groups"].members())
-          if (g.val["format"].is_string()) c.algo = std::string(g.val["format"].as_string());
-      }
-    } else if (m == "mxfp4") {  // gpt-oss
-      c.method = quant_method::mxfp4;
-      c.algo = "MXFP4";
-      c.group_size = 32;
-      SLM_TRY(read_strings(q, "modules_to_not_convert", c.exclude));
-    } else {
-      return make_error(errc::unsupported, "quantization_config: quant_method \"", m,
-                        "\" is not supported (modelopt, compressed-tensors and mxfp4 are)");
-    }
-    return c;
+SLM_INLINE bool quant_config::is_excluded(std::string_view module) const noexcept {
+  if (module.size() > 7 && module.substr(module.size() - 7) == ".weight") module.remove_suffix(7);
+  for (const std::string& pat : exclude) {
+    if (pat.rfind("re:", 0) == 0) continue;
+    if (pat == module || glob_match(pat, module)) return true;
+    if (pat.find_first_of("*?[") == std::string::npos && module.find(pat) != std::string_view::npos) return true;
   }
+  if (!layers.empty()) {  // MIXED_PRECISION: only the listed modules are quantized
+    for (const auto& [path, a] : layers)
+      if (module == path || module.rfind(path + ".", 0) == 0) return false;
+    return true;
+  }
+  return false;
+}
 
-  // Is the module (a weight name with or without ".weight") left unquantized? ModelOpt's
-  // and gpt-oss' lists are shell wildcards; "a.b*" covers a.b and everything under it.
-  // Older ModelOpt exports relied on substring matching, which vLLM keeps for
-  // compatibility; so do we. compressed-tensors' "re:" patterns are regular
-  // expressions we do not evaluate (the tensors themselves still decide, see
-  // load_linear_weight), so they never match here.
-  bool is_excluded(std::string_view module) const noexcept {
-    if (module.size() > 7 && module.substr(module.size() - 7) == ".weight") module.remove_suffix(7);
-    for (const std::string& pat : exclude) {
-      if (pat.rfind("re:", 0) == 0) continue;
-      if (pat == module || glob_match(pat, module)) return true;
-      if (pat.find_first_of("*?[") == std::string::npos && module.find(pat) != std::string_view::npos) return true;
-    }
-    if (!layers.empty()) {  // MIXED_PRECISION: only the listed modules are quantized
-      for (const auto& [path, a] : layers)
-        if (module == path || module.rfind(path + ".", 0) == 0) return false;
-      return true;
-    }
-    return false;
+SLM_INLINE status quant_config::read_strings(const json::value& q, const char* key, std::vector<std::string>& out) {
+  const json::value* list = q.find(key);
+  if (!list || list->is_null()) return {};
+  if (!list->is_array()) return make_error(errc::format_error, "quantization config: \"", key, "\" is not a list");
+  for (const json::value& s : list->items()) {
+    if (!s.is_string()) return make_error(errc::format_error, "quantization config: \"", key, "\" holds a non-string");
+    out.emplace_back(s.as_string());
   }
+  return {};
+}
 
- private:
-  static status read_strings(const json::value& q, const char* key, std::vector<std::string>& out) {
-    const json::value* list = q.find(key);
-    if (!list || list->is_null()) return {};
-    if (!list->is_array()) return make_error(errc::format_error, "quantization config: \"", key, "\" is not a list");
-    for (const json::value& s : list->items()) {
-      if (!s.is_string()) return make_error(errc::format_error, "quantization config: \"", key, "\" holds a non-string");
-      out.emplace_back(s.as_string());
-    }
-    return {};
-  }
-  static status read_common(const json::value& q, const char* algo_key, const char* exclude_key, quant_config& c) {
-    if (q[algo_key].is_string()) c.algo = std::string(q[algo_key].as_string());
-    if (auto g = q["group_size"].as_int64()) c.group_size = static_cast<int>(*g);
-    return read_strings(q, exclude_key, c.exclude);
-  }
-};
+SLM_INLINE status quant_config::read_common(const json::value& q, const char* algo_key, const char* exclude_key, quant_config& c) {
+  if (q[algo_key].is_string()) c.algo = std::string(q[algo_key].as_string());
+  if (auto g = q["group_size"].as_int64()) c.group_size = static_cast<int>(*g);
+  return read_strings(q, exclude_key, c.exclude);
+}
 
 namespace detail {
 
-// The one scalar a global scale tensor holds ([] or [1]), which must be finite and >= 0.
-inline result<float> read_global_scale(const checkpoint& ck, const std::string& name) {
+SLM_INLINE result<float> read_global_scale(const checkpoint& ck, const std::string& name) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   if (t->type() != dtype::f32 || t->numel() != 1)
@@ -220,8 +260,7 @@ inline result<float> read_global_scale(const checkpoint& ck, const std::string& 
   return v;
 }
 
-// A view builder's complaint about a file's tensors is a format error of that file.
-inline result<weight_matrix> from_file(result<weight_matrix> w, const checkpoint& ck, std::string_view module) {
+SLM_INLINE result<weight_matrix> from_file(result<weight_matrix> w, const checkpoint& ck, std::string_view module) {
   if (w.ok()) return w;
   const errc code = w.code() == errc::invalid_argument ? errc::format_error : w.code();
   return status(code, cat(ck.dir().string(), ": module '", module, "': ", w.message()));
@@ -229,15 +268,8 @@ inline result<weight_matrix> from_file(result<weight_matrix> w, const checkpoint
 
 }  // namespace detail
 
-// The weight of the linear module `module` (e.g. "model.layers.3.mlp.down_proj"), in
-// whatever layout the checkpoint stores it, as a view (built and validated by the
-// make_* functions of dequantize.hpp). Errors name the module, the tensor and the
-// expected vs found dtype and shape. `index` selects one matrix of Transformer Engine's
-// grouped experts, whose tensors carry it after the parameter name: module
-// "mlp.experts.linear_fc1", index "3" reads `.weight3` (and `.weight_scale3`,
-// `.weight_scale_23` when quantized, as slm quantize writes them).
-inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::string_view module,
-                                                std::string_view index = {}) {
+SLM_INLINE result<weight_matrix> load_linear_weight(const checkpoint& ck, std::string_view module,
+                                                    std::string_view index) {
   const std::string p(module), ix(index);
   const std::string weight = p + ".weight" + ix, packed = p + ".weight_packed" + ix, scale = p + ".weight_scale" + ix;
   auto fail = [&](errc code, const auto&... parts) {
@@ -295,10 +327,7 @@ inline result<weight_matrix> load_linear_weight(const checkpoint& ck, std::strin
   }
 }
 
-// One expert of a gpt-oss style stacked MXFP4 tensor: P_blocks U8 [E, N, K/32, 16],
-// P_scales U8 [E, N, K/32] (biased E8M0), e.g. P = "model.layers.0.mlp.experts.down_proj".
-// For gate_up_proj the rows interleave gate (even) and up (odd) (spec 6.2).
-inline result<weight_matrix> load_mxfp4_expert(const checkpoint& ck, std::string_view stacked, std::size_t expert) {
+SLM_INLINE result<weight_matrix> load_mxfp4_expert(const checkpoint& ck, std::string_view stacked, std::size_t expert) {
   const std::string p(stacked), blocks_name = p + "_blocks", scales_name = p + "_scales";
   auto blocks = ck.tensor(blocks_name);
   if (!blocks.ok()) return std::move(blocks).take_error();
@@ -318,5 +347,7 @@ inline result<weight_matrix> load_mxfp4_expert(const checkpoint& ck, std::string
   if (!b2.ok() || !s2.ok()) return make_error(errc::format_error, "'", blocks_name, "': expert ", expert, " is not contiguous");
   return detail::from_file(make_mxfp4(*b2, *s2), ck, p);
 }
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm

@@ -78,7 +78,124 @@ inline std::uint64_t read_le64(const std::byte* p) noexcept {
   return v;
 }
 
-inline status parse_entry(const std::string& name, const json::value& entry, tensor_info& out) {
+status parse_entry(const std::string& name, const json::value& entry, tensor_info& out);
+
+}  // namespace detail
+
+// Parse and validate the header of a safetensors file held in `file` (the whole file:
+// the data section's size is checked against it). The fuzz target's entry point.
+result<header> parse_header(std::span<const std::byte> file, const limits& lim = {});
+
+// A validated safetensors file: its header, and its bytes (a mapping it owns, or a span
+// the caller keeps alive). Immutable; share it across threads freely.
+class file {
+ public:
+  static result<file> open(const std::filesystem::path& path, const limits& lim = {});
+
+  // Borrow bytes the caller owns (an embedded model, a host's own mapping).
+  static result<file> from_memory(std::span<const std::byte> bytes, std::string name = "<memory>", const limits& lim = {});
+
+  const std::string& name() const noexcept { return name_; }
+  const safetensors::header& header() const noexcept { return header_; }
+  std::span<const tensor_info> tensors() const noexcept { return header_.tensors; }
+  const tensor_info* find(std::string_view name) const noexcept { return header_.find(name); }
+  std::span<const std::byte> bytes() const noexcept { return bytes_; }
+
+  tensor_view view(const tensor_info& t) const noexcept {
+    return tensor_view(t.type, t.shape, bytes_.data() + header_.data_offset + t.begin);
+  }
+  result<tensor_view> tensor(std::string_view name) const;
+
+ private:
+  std::string name_;
+  mapped_file mapping_;
+  std::span<const std::byte> bytes_;
+  safetensors::header header_;
+};
+
+// Builds a safetensors file. Tensors are borrowed until write()/serialize() returns.
+// Output is deterministic and byte-identical to the reference writer's: tensors ordered
+// by dtype (safetensors_order, descending: largest elements first) then name, compact
+// JSON with metadata first, the header padded with spaces to a multiple of 8 bytes, so
+// every tensor starts aligned for its element type when the file is mapped.
+class writer {
+ public:
+  status add(std::string name, dtype type, const slm::shape& s, std::span<const std::byte> data);
+  status add(std::string name, const tensor_view& v);
+  // A tensor whose bytes are not in memory yet: the header can be written first and the
+  // data streamed afterwards (stream()), so converting a model needs one tensor in
+  // memory at a time, not the whole file.
+  status plan(std::string name, dtype type, const slm::shape& s);
+
+  void set_metadata(std::string key, std::string value);
+
+  // The whole file in memory (small files, tests, fuzz seeds).
+  result<std::vector<std::byte>> serialize() const;
+
+  // Streams to `path` through a temporary file and a rename, so a reader never sees a
+  // half-written file and a failed write leaves any previous file in place.
+  status write(const std::filesystem::path& path) const;
+
+  class stream;
+  // Writes the header of a file whose tensors were all plan()ned, then takes their bytes
+  // in file order (stream::next_name()). The file appears under `path` only when
+  // stream::finish() succeeds; until then it is `path` + ".tmp".
+  result<stream> begin_stream(const std::filesystem::path& path) const;
+
+ private:
+  status no_deferred() const;
+
+  struct entry {
+    std::string name;
+    dtype type;
+    slm::shape shape;
+    std::span<const std::byte> data;
+    std::uint64_t size = 0;  // bytes
+    bool deferred = false;   // planned: its bytes come later, through a stream
+  };
+
+  std::vector<const entry*> ordered() const;
+
+  std::string header_text(const std::vector<const entry*>& order) const;
+
+  static std::array<std::byte, 8> length_prefix(const std::string& head);
+  std::vector<entry> entries_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
+};
+
+class writer::stream {
+ public:
+  stream(stream&& o) noexcept
+      : fp_(std::exchange(o.fp_, nullptr)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)),
+        names_(std::move(o.names_)), sizes_(std::move(o.sizes_)), next_(o.next_) {}
+  stream& operator=(stream&&) = delete;
+  stream(const stream&) = delete;
+  ~stream() { abandon(); }
+
+  bool done() const noexcept { return next_ == names_.size(); }
+  // The tensor append() expects next (empty when all are written).
+  std::string_view next_name() const noexcept { return done() ? std::string_view{} : std::string_view(names_[next_]); }
+
+  status append(std::string_view name, std::span<const std::byte> data);
+
+  status finish();
+
+ private:
+  friend class writer;
+  stream() = default;
+  void abandon() noexcept;
+  std::FILE* fp_ = nullptr;
+  std::filesystem::path path_, tmp_;
+  std::vector<std::string> names_;
+  std::vector<std::uint64_t> sizes_;
+  std::size_t next_ = 0;
+};
+
+#if SLM_DEFINE_IO
+
+namespace detail {
+
+SLM_INLINE status parse_entry(const std::string& name, const json::value& entry, tensor_info& out) {
   auto bad = [&](const auto&... what) { return make_error(errc::format_error, "tensor '", name, "': ", what...); };
   if (!entry.is_object()) return bad("entry is a JSON ", json::to_string(entry.type()), ", expected an object");
   const json::value* dt = entry.find("dtype");
@@ -121,9 +238,7 @@ inline status parse_entry(const std::string& name, const json::value& entry, ten
 
 }  // namespace detail
 
-// Parse and validate the header of a safetensors file held in `file` (the whole file:
-// the data section's size is checked against it). The fuzz target's entry point.
-inline result<header> parse_header(std::span<const std::byte> file, const limits& lim = {}) {
+SLM_INLINE result<header> parse_header(std::span<const std::byte> file, const limits& lim) {
   if (file.size() < 8)
     return make_error(errc::format_error, "file is ", file.size(), " bytes, too short for the 8-byte header length");
   const std::uint64_t n = detail::read_le64(file.data());
@@ -193,279 +308,206 @@ inline result<header> parse_header(std::span<const std::byte> file, const limits
   return h;
 }
 
-// A validated safetensors file: its header, and its bytes (a mapping it owns, or a span
-// the caller keeps alive). Immutable; share it across threads freely.
-class file {
- public:
-  static result<file> open(const std::filesystem::path& path, const limits& lim = {}) {
-    auto m = mapped_file::open(path);
-    if (!m.ok()) return std::move(m).take_error();
-    auto h = parse_header(m->bytes(), lim);
-    if (!h.ok()) return std::move(h).take_error().with_context(path.string());
-    file f;
-    f.bytes_ = m->bytes();
-    f.mapping_ = std::move(*m);
-    f.header_ = std::move(*h);
-    f.name_ = path.string();
-    return f;
-  }
+SLM_INLINE result<file> file::open(const std::filesystem::path& path, const limits& lim) {
+  auto m = mapped_file::open(path);
+  if (!m.ok()) return std::move(m).take_error();
+  auto h = parse_header(m->bytes(), lim);
+  if (!h.ok()) return std::move(h).take_error().with_context(path.string());
+  file f;
+  f.bytes_ = m->bytes();
+  f.mapping_ = std::move(*m);
+  f.header_ = std::move(*h);
+  f.name_ = path.string();
+  return f;
+}
 
-  // Borrow bytes the caller owns (an embedded model, a host's own mapping).
-  static result<file> from_memory(std::span<const std::byte> bytes, std::string name = "<memory>", const limits& lim = {}) {
-    auto h = parse_header(bytes, lim);
-    if (!h.ok()) return std::move(h).take_error().with_context(name);
-    file f;
-    f.bytes_ = bytes;
-    f.header_ = std::move(*h);
-    f.name_ = std::move(name);
-    return f;
-  }
+SLM_INLINE result<file> file::from_memory(std::span<const std::byte> bytes, std::string name, const limits& lim) {
+  auto h = parse_header(bytes, lim);
+  if (!h.ok()) return std::move(h).take_error().with_context(name);
+  file f;
+  f.bytes_ = bytes;
+  f.header_ = std::move(*h);
+  f.name_ = std::move(name);
+  return f;
+}
 
-  const std::string& name() const noexcept { return name_; }
-  const safetensors::header& header() const noexcept { return header_; }
-  std::span<const tensor_info> tensors() const noexcept { return header_.tensors; }
-  const tensor_info* find(std::string_view name) const noexcept { return header_.find(name); }
-  std::span<const std::byte> bytes() const noexcept { return bytes_; }
+SLM_INLINE result<tensor_view> file::tensor(std::string_view name) const {
+  const tensor_info* t = find(name);
+  if (!t) return make_error(errc::not_found, name_, ": no tensor named '", name, "'");
+  return view(*t);
+}
 
-  tensor_view view(const tensor_info& t) const noexcept {
-    return tensor_view(t.type, t.shape, bytes_.data() + header_.data_offset + t.begin);
-  }
-  result<tensor_view> tensor(std::string_view name) const {
-    const tensor_info* t = find(name);
-    if (!t) return make_error(errc::not_found, name_, ": no tensor named '", name, "'");
-    return view(*t);
-  }
+SLM_INLINE status writer::add(std::string name, dtype type, const slm::shape& s, std::span<const std::byte> data) {
+  if (name.empty()) return make_error(errc::invalid_argument, "empty tensor name");
+  if (name == "__metadata__") return make_error(errc::invalid_argument, "\"__metadata__\" is reserved");
+  for (const auto& e : entries_)
+    if (e.name == name) return make_error(errc::invalid_argument, "tensor '", name, "' added twice");
+  auto nbytes = byte_size(type, s.numel());
+  if (!nbytes.ok()) return std::move(nbytes).take_error().with_context(cat("tensor '", name, "'"));
+  if (*nbytes != data.size())
+    return make_error(errc::invalid_argument, "tensor '", name, "': shape ", s.to_string(), " of ",
+                      safetensors_name(type), " needs ", *nbytes, " bytes, got ", data.size());
+  entries_.push_back({std::move(name), type, s, data, data.size(), false});
+  return {};
+}
 
- private:
-  std::string name_;
-  mapped_file mapping_;
-  std::span<const std::byte> bytes_;
-  safetensors::header header_;
-};
+SLM_INLINE status writer::add(std::string name, const tensor_view& v) {
+  if (!v.is_contiguous()) return make_error(errc::invalid_argument, "tensor '", name, "' is not contiguous");
+  return add(std::move(name), v.type(), v.shape(), v.bytes());
+}
 
-// Builds a safetensors file. Tensors are borrowed until write()/serialize() returns.
-// Output is deterministic and byte-identical to the reference writer's: tensors ordered
-// by dtype (safetensors_order, descending: largest elements first) then name, compact
-// JSON with metadata first, the header padded with spaces to a multiple of 8 bytes, so
-// every tensor starts aligned for its element type when the file is mapped.
-class writer {
- public:
-  status add(std::string name, dtype type, const slm::shape& s, std::span<const std::byte> data) {
-    if (name.empty()) return make_error(errc::invalid_argument, "empty tensor name");
-    if (name == "__metadata__") return make_error(errc::invalid_argument, "\"__metadata__\" is reserved");
-    for (const auto& e : entries_)
-      if (e.name == name) return make_error(errc::invalid_argument, "tensor '", name, "' added twice");
-    auto nbytes = byte_size(type, s.numel());
-    if (!nbytes.ok()) return std::move(nbytes).take_error().with_context(cat("tensor '", name, "'"));
-    if (*nbytes != data.size())
-      return make_error(errc::invalid_argument, "tensor '", name, "': shape ", s.to_string(), " of ",
-                        safetensors_name(type), " needs ", *nbytes, " bytes, got ", data.size());
-    entries_.push_back({std::move(name), type, s, data, data.size(), false});
-    return {};
-  }
-  status add(std::string name, const tensor_view& v) {
-    if (!v.is_contiguous()) return make_error(errc::invalid_argument, "tensor '", name, "' is not contiguous");
-    return add(std::move(name), v.type(), v.shape(), v.bytes());
-  }
-  // A tensor whose bytes are not in memory yet: the header can be written first and the
-  // data streamed afterwards (stream()), so converting a model needs one tensor in
-  // memory at a time, not the whole file.
-  status plan(std::string name, dtype type, const slm::shape& s) {
-    auto nbytes = byte_size(type, s.numel());
-    if (!nbytes.ok()) return std::move(nbytes).take_error().with_context(cat("tensor '", name, "'"));
-    if (name.empty()) return make_error(errc::invalid_argument, "empty tensor name");
-    if (name == "__metadata__") return make_error(errc::invalid_argument, "\"__metadata__\" is reserved");
-    for (const auto& e : entries_)
-      if (e.name == name) return make_error(errc::invalid_argument, "tensor '", name, "' added twice");
-    entries_.push_back({std::move(name), type, s, {}, *nbytes, true});
-    return {};
-  }
+SLM_INLINE status writer::plan(std::string name, dtype type, const slm::shape& s) {
+  auto nbytes = byte_size(type, s.numel());
+  if (!nbytes.ok()) return std::move(nbytes).take_error().with_context(cat("tensor '", name, "'"));
+  if (name.empty()) return make_error(errc::invalid_argument, "empty tensor name");
+  if (name == "__metadata__") return make_error(errc::invalid_argument, "\"__metadata__\" is reserved");
+  for (const auto& e : entries_)
+    if (e.name == name) return make_error(errc::invalid_argument, "tensor '", name, "' added twice");
+  entries_.push_back({std::move(name), type, s, {}, *nbytes, true});
+  return {};
+}
 
-  void set_metadata(std::string key, std::string value) {
-    for (auto& [k, v] : metadata_)
-      if (k == key) {
-        v = std::move(value);
-        return;
-      }
-    metadata_.emplace_back(std::move(key), std::move(value));
-  }
-
-  // The whole file in memory (small files, tests, fuzz seeds).
-  result<std::vector<std::byte>> serialize() const {
-    SLM_TRY(no_deferred());
-    const auto order = ordered();
-    const std::string head = header_text(order);
-    std::uint64_t total = 8 + head.size();
-    for (const entry* e : order) total += e->data.size();
-    std::vector<std::byte> out(static_cast<std::size_t>(total));
-    std::memcpy(out.data(), length_prefix(head).data(), 8);
-    std::memcpy(out.data() + 8, head.data(), head.size());
-    std::size_t pos = 8 + head.size();
-    for (const entry* e : order) {
-      if (!e->data.empty()) std::memcpy(out.data() + pos, e->data.data(), e->data.size());
-      pos += e->data.size();
+SLM_INLINE void writer::set_metadata(std::string key, std::string value) {
+  for (auto& [k, v] : metadata_)
+    if (k == key) {
+      v = std::move(value);
+      return;
     }
-    return out;
+  metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+SLM_INLINE result<std::vector<std::byte>> writer::serialize() const {
+  SLM_TRY(no_deferred());
+  const auto order = ordered();
+  const std::string head = header_text(order);
+  std::uint64_t total = 8 + head.size();
+  for (const entry* e : order) total += e->data.size();
+  std::vector<std::byte> out(static_cast<std::size_t>(total));
+  std::memcpy(out.data(), length_prefix(head).data(), 8);
+  std::memcpy(out.data() + 8, head.data(), head.size());
+  std::size_t pos = 8 + head.size();
+  for (const entry* e : order) {
+    if (!e->data.empty()) std::memcpy(out.data() + pos, e->data.data(), e->data.size());
+    pos += e->data.size();
   }
+  return out;
+}
 
-  // Streams to `path` through a temporary file and a rename, so a reader never sees a
-  // half-written file and a failed write leaves any previous file in place.
-  status write(const std::filesystem::path& path) const {
-    SLM_TRY(no_deferred());
-    const auto order = ordered();
-    const std::string head = header_text(order);
-    std::filesystem::path tmp = path;
-    tmp += ".tmp";
-    std::FILE* fp = std::fopen(tmp.string().c_str(), "wb");
-    if (!fp) return make_error(errc::io_error, tmp.string(), ": cannot create: ", std::strerror(errno));
-    bool good = std::fwrite(length_prefix(head).data(), 1, 8, fp) == 8 &&
-                std::fwrite(head.data(), 1, head.size(), fp) == head.size();
-    for (const entry* e : order)
-      if (good && !e->data.empty()) good = std::fwrite(e->data.data(), 1, e->data.size(), fp) == e->data.size();
-    good = (std::fclose(fp) == 0) && good;
-    std::error_code ec;
-    if (!good) {
-      std::filesystem::remove(tmp, ec);
-      return make_error(errc::io_error, tmp.string(), ": write failed: ", std::strerror(errno));
-    }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-      std::filesystem::remove(tmp, ec);
-      return make_error(errc::io_error, path.string(), ": cannot rename the temporary file into place");
-    }
-    return {};
+SLM_INLINE status writer::write(const std::filesystem::path& path) const {
+  SLM_TRY(no_deferred());
+  const auto order = ordered();
+  const std::string head = header_text(order);
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  std::FILE* fp = std::fopen(tmp.string().c_str(), "wb");
+  if (!fp) return make_error(errc::io_error, tmp.string(), ": cannot create: ", std::strerror(errno));
+  bool good = std::fwrite(length_prefix(head).data(), 1, 8, fp) == 8 &&
+              std::fwrite(head.data(), 1, head.size(), fp) == head.size();
+  for (const entry* e : order)
+    if (good && !e->data.empty()) good = std::fwrite(e->data.data(), 1, e->data.size(), fp) == e->data.size();
+  good = (std::fclose(fp) == 0) && good;
+  std::error_code ec;
+  if (!good) {
+    std::filesystem::remove(tmp, ec);
+    return make_error(errc::io_error, tmp.string(), ": write failed: ", std::strerror(errno));
   }
-
-  class stream;
-  // Writes the header of a file whose tensors were all plan()ned, then takes their bytes
-  // in file order (stream::next_name()). The file appears under `path` only when
-  // stream::finish() succeeds; until then it is `path` + ".tmp".
-  result<stream> begin_stream(const std::filesystem::path& path) const;
-
- private:
-  status no_deferred() const {
-    for (const auto& e : entries_)
-      if (e.deferred) return make_error(errc::invalid_argument, "tensor '", e.name, "' was planned: use begin_stream()");
-    return {};
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return make_error(errc::io_error, path.string(), ": cannot rename the temporary file into place");
   }
+  return {};
+}
 
-  struct entry {
-    std::string name;
-    dtype type;
-    slm::shape shape;
-    std::span<const std::byte> data;
-    std::uint64_t size = 0;  // bytes
-    bool deferred = false;   // planned: its bytes come later, through a stream
-  };
+SLM_INLINE status writer::no_deferred() const {
+  for (const auto& e : entries_)
+    if (e.deferred) return make_error(errc::invalid_argument, "tensor '", e.name, "' was planned: use begin_stream()");
+  return {};
+}
 
-  std::vector<const entry*> ordered() const {
-    std::vector<const entry*> order;
-    for (const auto& e : entries_) order.push_back(&e);
-    std::sort(order.begin(), order.end(), [](const entry* a, const entry* b) {
-      if (a->type != b->type) return safetensors_order(a->type) > safetensors_order(b->type);
-      return a->name < b->name;
-    });
-    return order;
+SLM_INLINE std::vector<const writer::entry*> writer::ordered() const {
+  std::vector<const entry*> order;
+  for (const auto& e : entries_) order.push_back(&e);
+  std::sort(order.begin(), order.end(), [](const entry* a, const entry* b) {
+    if (a->type != b->type) return safetensors_order(a->type) > safetensors_order(b->type);
+    return a->name < b->name;
+  });
+  return order;
+}
+
+SLM_INLINE std::string writer::header_text(const std::vector<const entry*>& order) const {
+  json::value doc = json::value::make_object();
+  if (!metadata_.empty()) {
+    json::value meta = json::value::make_object();
+    for (const auto& [k, v] : metadata_) meta.set(k, json::value(v));
+    doc.set("__metadata__", std::move(meta));
   }
-
-  std::string header_text(const std::vector<const entry*>& order) const {
-    json::value doc = json::value::make_object();
-    if (!metadata_.empty()) {
-      json::value meta = json::value::make_object();
-      for (const auto& [k, v] : metadata_) meta.set(k, json::value(v));
-      doc.set("__metadata__", std::move(meta));
-    }
-    std::uint64_t offset = 0;
-    for (const entry* e : order) {
-      json::value dims = json::value::make_array();
-      for (std::int64_t d : e->shape.dims()) dims.push_back(json::value(d));
-      json::value offsets = json::value::make_array();
-      offsets.push_back(json::value(offset));
-      offsets.push_back(json::value(offset + e->size));
-      json::value t = json::value::make_object();
-      t.set("dtype", json::value(std::string(safetensors_name(e->type))));
-      t.set("shape", std::move(dims));
-      t.set("data_offsets", std::move(offsets));
-      doc.set(e->name, std::move(t));
-      offset += e->size;
-    }
-    std::string text = json::dump(doc);
-    while (text.size() % 8 != 0) text.push_back(' ');
-    return text;
+  std::uint64_t offset = 0;
+  for (const entry* e : order) {
+    json::value dims = json::value::make_array();
+    for (std::int64_t d : e->shape.dims()) dims.push_back(json::value(d));
+    json::value offsets = json::value::make_array();
+    offsets.push_back(json::value(offset));
+    offsets.push_back(json::value(offset + e->size));
+    json::value t = json::value::make_object();
+    t.set("dtype", json::value(std::string(safetensors_name(e->type))));
+    t.set("shape", std::move(dims));
+    t.set("data_offsets", std::move(offsets));
+    doc.set(e->name, std::move(t));
+    offset += e->size;
   }
+  std::string text = json::dump(doc);
+  while (text.size() % 8 != 0) text.push_back(' ');
+  return text;
+}
 
-  static std::array<std::byte, 8> length_prefix(const std::string& head) {
-    std::array<std::byte, 8> le{};
-    const std::uint64_t n = head.size();
-    for (int i = 0; i < 8; ++i) le[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
-    return le;
+SLM_INLINE std::array<std::byte, 8> writer::length_prefix(const std::string& head) {
+  std::array<std::byte, 8> le{};
+  const std::uint64_t n = head.size();
+  for (int i = 0; i < 8; ++i) le[static_cast<std::size_t>(i)] = static_cast<std::byte>((n >> (8 * i)) & 0xFF);
+  return le;
+}
+
+SLM_INLINE status writer::stream::append(std::string_view name, std::span<const std::byte> data) {
+  if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+  if (done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' appended after the last one");
+  if (name != names_[next_])
+    return make_error(errc::invalid_argument, path_.string(), ": expected tensor '", names_[next_], "' next, got '", name, "'");
+  if (data.size() != sizes_[next_])
+    return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' needs ", sizes_[next_], " bytes, got ", data.size());
+  if (!data.empty() && std::fwrite(data.data(), 1, data.size(), fp_) != data.size()) {
+    abandon();
+    return make_error(errc::io_error, tmp_.string(), ": write failed: ", std::strerror(errno));
   }
-  std::vector<entry> entries_;
-  std::vector<std::pair<std::string, std::string>> metadata_;
-};
+  ++next_;
+  return {};
+}
 
-class writer::stream {
- public:
-  stream(stream&& o) noexcept
-      : fp_(std::exchange(o.fp_, nullptr)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)),
-        names_(std::move(o.names_)), sizes_(std::move(o.sizes_)), next_(o.next_) {}
-  stream& operator=(stream&&) = delete;
-  stream(const stream&) = delete;
-  ~stream() { abandon(); }
-
-  bool done() const noexcept { return next_ == names_.size(); }
-  // The tensor append() expects next (empty when all are written).
-  std::string_view next_name() const noexcept { return done() ? std::string_view{} : std::string_view(names_[next_]); }
-
-  status append(std::string_view name, std::span<const std::byte> data) {
-    if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
-    if (done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' appended after the last one");
-    if (name != names_[next_])
-      return make_error(errc::invalid_argument, path_.string(), ": expected tensor '", names_[next_], "' next, got '", name, "'");
-    if (data.size() != sizes_[next_])
-      return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' needs ", sizes_[next_], " bytes, got ", data.size());
-    if (!data.empty() && std::fwrite(data.data(), 1, data.size(), fp_) != data.size()) {
-      abandon();
-      return make_error(errc::io_error, tmp_.string(), ": write failed: ", std::strerror(errno));
-    }
-    ++next_;
-    return {};
-  }
-
-  status finish() {
-    if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
-    if (!done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", names_[next_], "' was never appended");
-    const bool closed = std::fclose(std::exchange(fp_, nullptr)) == 0;
-    std::error_code ec;
-    if (!closed) {
-      std::filesystem::remove(tmp_, ec);
-      return make_error(errc::io_error, tmp_.string(), ": close failed");
-    }
-    std::filesystem::rename(tmp_, path_, ec);
-    if (ec) {
-      std::filesystem::remove(tmp_, ec);
-      return make_error(errc::io_error, path_.string(), ": cannot rename the temporary file into place");
-    }
-    return {};
-  }
-
- private:
-  friend class writer;
-  stream() = default;
-  void abandon() noexcept {
-    if (!fp_) return;
-    std::fclose(std::exchange(fp_, nullptr));
-    std::error_code ec;
+SLM_INLINE status writer::stream::finish() {
+  if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+  if (!done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", names_[next_], "' was never appended");
+  const bool closed = std::fclose(std::exchange(fp_, nullptr)) == 0;
+  std::error_code ec;
+  if (!closed) {
     std::filesystem::remove(tmp_, ec);
+    return make_error(errc::io_error, tmp_.string(), ": close failed");
   }
-  std::FILE* fp_ = nullptr;
-  std::filesystem::path path_, tmp_;
-  std::vector<std::string> names_;
-  std::vector<std::uint64_t> sizes_;
-  std::size_t next_ = 0;
-};
+  std::filesystem::rename(tmp_, path_, ec);
+  if (ec) {
+    std::filesystem::remove(tmp_, ec);
+    return make_error(errc::io_error, path_.string(), ": cannot rename the temporary file into place");
+  }
+  return {};
+}
 
-inline result<writer::stream> writer::begin_stream(const std::filesystem::path& path) const {
+SLM_INLINE void writer::stream::abandon() noexcept {
+  if (!fp_) return;
+  std::fclose(std::exchange(fp_, nullptr));
+  std::error_code ec;
+  std::filesystem::remove(tmp_, ec);
+}
+
+SLM_INLINE result<writer::stream> writer::begin_stream(const std::filesystem::path& path) const {
   for (const auto& e : entries_)
     if (!e.deferred) return make_error(errc::invalid_argument, "tensor '", e.name, "' has data: plan() every tensor of a stream");
   const auto order = ordered();
@@ -486,5 +528,7 @@ inline result<writer::stream> writer::begin_stream(const std::filesystem::path& 
   }
   return s;
 }
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm::safetensors

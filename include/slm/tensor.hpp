@@ -46,20 +46,7 @@ class shape {
 
   // Validating constructor: rank <= max_rank, every dimension >= 0, and the element
   // count fits in 63 bits (so byte counts computed from it cannot wrap).
-  static result<shape> from(std::span<const std::int64_t> dims) {
-    if (dims.size() > max_rank)
-      return make_error(errc::unsupported, "rank ", dims.size(), " exceeds the maximum of ", max_rank);
-    shape s;
-    std::uint64_t n = 1;
-    for (std::int64_t d : dims) {
-      if (d < 0) return make_error(errc::format_error, "negative dimension ", d);
-      if (d != 0 && n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / static_cast<std::uint64_t>(d))
-        return make_error(errc::out_of_range, "element count of shape overflows 63 bits");
-      n *= static_cast<std::uint64_t>(d);
-      s.dims_[s.rank_++] = d;
-    }
-    return s;
-  }
+  static result<shape> from(std::span<const std::int64_t> dims);
 
   constexpr std::size_t rank() const noexcept { return rank_; }
   constexpr std::int64_t operator[](std::size_t i) const noexcept { return dims_[i]; }
@@ -79,11 +66,7 @@ class shape {
     return true;
   }
 
-  std::string to_string() const {
-    std::string s = "[";
-    for (std::size_t i = 0; i < rank_; ++i) s += cat(i ? ", " : "", dims_[i]);
-    return s + "]";
-  }
+  std::string to_string() const;
 
  private:
   std::array<std::int64_t, max_rank> dims_{};
@@ -92,17 +75,7 @@ class shape {
 
 // Bytes that numel elements of t occupy, or an error when a sub-byte type does not
 // fill whole bytes (safetensors requires that) or the count overflows.
-inline result<std::uint64_t> byte_size(dtype t, std::int64_t numel) {
-  if (numel < 0) return make_error(errc::invalid_argument, "negative element count");
-  const std::uint64_t bits = bits_of(t);
-  const std::uint64_t n = static_cast<std::uint64_t>(numel);
-  if (n > std::numeric_limits<std::uint64_t>::max() / bits)
-    return make_error(errc::out_of_range, "byte size of ", numel, " x ", safetensors_name(t), " overflows");
-  if ((n * bits) % 8 != 0)
-    return make_error(errc::format_error, numel, " elements of ", safetensors_name(t),
-                      " do not fill a whole number of bytes");
-  return n * bits / 8;
-}
+result<std::uint64_t> byte_size(dtype t, std::int64_t numel);
 
 template <class T>
 constexpr bool dtype_matches(dtype t) noexcept {
@@ -179,131 +152,25 @@ class tensor_view {
   }
 
   // Narrow dimension `d` to [begin, end). Not for packed sub-byte types.
-  result<tensor_view> slice(std::size_t d, std::int64_t begin, std::int64_t end) const {
-    if (d >= rank()) return make_error(errc::invalid_argument, "slice of dimension ", d, " of a rank-", rank(), " tensor");
-    if (size_of(type_) == 0) return make_error(errc::unsupported, "slicing a packed ", safetensors_name(type_), " tensor");
-    if (begin < 0 || end < begin || end > shape_[d])
-      return make_error(errc::out_of_range, "slice [", begin, ", ", end, ") of dimension ", d, " with size ", shape_[d]);
-    tensor_view v = *this;
-    v.shape_[d] = end - begin;
-    v.data_ += begin * strides_[d] * static_cast<std::int64_t>(size_of(type_));
-    return v;
-  }
+  result<tensor_view> slice(std::size_t d, std::int64_t begin, std::int64_t end) const;
 
   // Swap two dimensions (no data movement).
-  result<tensor_view> transpose(std::size_t a, std::size_t b) const {
-    if (a >= rank() || b >= rank()) return make_error(errc::invalid_argument, "transpose of dimensions ", a, ", ", b, " of a rank-", rank(), " tensor");
-    if (size_of(type_) == 0) return make_error(errc::unsupported, "transposing a packed ", safetensors_name(type_), " tensor");
-    tensor_view v = *this;
-    std::swap(v.shape_[a], v.shape_[b]);
-    std::swap(v.strides_[a], v.strides_[b]);
-    return v;
-  }
+  result<tensor_view> transpose(std::size_t a, std::size_t b) const;
 
   // Same bytes, another shape with the same element count (contiguous views only).
-  result<tensor_view> reshape(const slm::shape& s) const {
-    if (s.numel() != numel())
-      return make_error(errc::invalid_argument, "cannot reshape ", shape_.to_string(), " to ", s.to_string());
-    if (!is_contiguous()) return make_error(errc::invalid_argument, "reshape of a non-contiguous view");
-    return tensor_view(type_, s, data_);
-  }
+  result<tensor_view> reshape(const slm::shape& s) const;
 
   // Decode every element, in row-major logical order, to float. Works on any stride and
   // alignment (elements are read with memcpy). Integer types convert by value (large
   // 64-bit integers round). Fails for F6 and C64, which have no real-valued decoding here.
-  status to_f32(std::span<float> out) const {
-    const std::int64_t n = numel();
-    if (out.size() != static_cast<std::size_t>(n))
-      return make_error(errc::invalid_argument, "to_f32: output holds ", out.size(), " floats, tensor has ", n);
-    if (type_ == dtype::f6_e2m3 || type_ == dtype::f6_e3m2 || type_ == dtype::c64)
-      return make_error(errc::unsupported, "to_f32 of ", safetensors_name(type_));
-    if (type_ == dtype::f4) {  // packed: always contiguous, element 2i in the low nibble
-      for (std::int64_t i = 0; i < n; ++i) {
-        const auto byte = static_cast<std::uint8_t>(data_[i / 2]);
-        out[static_cast<std::size_t>(i)] = e2m1_to_f32(i % 2 == 0 ? (byte & 0x0F) : (byte >> 4));
-      }
-      return {};
-    }
-    if (is_contiguous()) {  // the common case: one type dispatch, then a straight loop
-      decode_contiguous(out);
-      return {};
-    }
-    std::array<std::int64_t, shape::max_rank> index{};
-    const std::size_t r = rank();
-    const auto esize = static_cast<std::int64_t>(size_of(type_));
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::int64_t off = 0;
-      for (std::size_t k = 0; k < r; ++k) off += index[k] * strides_[k];
-      out[static_cast<std::size_t>(i)] = decode_f32(type_, data_ + off * esize);
-      for (std::size_t k = r; k-- > 0;) {  // odometer increment
-        if (++index[k] < shape_[k]) break;
-        index[k] = 0;
-      }
-    }
-    return {};
-  }
+  status to_f32(std::span<float> out) const;
 
   // Contiguous decode with the dtype switch hoisted out of the loop. Loads go through
   // memcpy (any alignment); the compiler turns these loops into vector code.
-  void decode_contiguous(std::span<float> out) const noexcept {
-    const std::size_t n = out.size();
-    auto each = [&]<class T>(T*, auto convert) {
-      for (std::size_t i = 0; i < n; ++i) {
-        T v;
-        std::memcpy(&v, data_ + i * sizeof(T), sizeof(T));
-        out[i] = convert(v);
-      }
-    };
-    auto cast = [](auto v) { return static_cast<float>(v); };
-    switch (type_) {
-      case dtype::f32: if (n) std::memcpy(out.data(), data_, n * sizeof(float)); return;
-      case dtype::bf16: return each(static_cast<std::uint16_t*>(nullptr), [](std::uint16_t v) { return bf16_to_f32(v); });
-      case dtype::f16: return each(static_cast<std::uint16_t*>(nullptr), [](std::uint16_t v) { return f16_to_f32(v); });
-      case dtype::f8_e4m3: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e4m3_to_f32(v); });
-      case dtype::f8_e5m2: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e5m2_to_f32(v); });
-      case dtype::f8_e8m0: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e8m0_to_f32(v); });
-      case dtype::f64: return each(static_cast<double*>(nullptr), cast);
-      case dtype::i64: return each(static_cast<std::int64_t*>(nullptr), cast);
-      case dtype::i32: return each(static_cast<std::int32_t*>(nullptr), cast);
-      case dtype::i16: return each(static_cast<std::int16_t*>(nullptr), cast);
-      case dtype::i8: return each(static_cast<std::int8_t*>(nullptr), cast);
-      case dtype::u64: return each(static_cast<std::uint64_t*>(nullptr), cast);
-      case dtype::u32: return each(static_cast<std::uint32_t*>(nullptr), cast);
-      case dtype::u16: return each(static_cast<std::uint16_t*>(nullptr), cast);
-      case dtype::u8: return each(static_cast<std::uint8_t*>(nullptr), cast);
-      case dtype::boolean:
-        return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return v != 0 ? 1.0f : 0.0f; });
-      default: return;  // packed and complex types are handled (or refused) by to_f32
-    }
-  }
+  void decode_contiguous(std::span<float> out) const noexcept;
 
   // One element, by value, as float; p must point at an element of type t.
-  static float decode_f32(dtype t, const std::byte* p) noexcept {
-    auto load = [p]<class T>(T*) {
-      T v;
-      std::memcpy(&v, p, sizeof v);
-      return v;
-    };
-    switch (t) {
-      case dtype::f64: return static_cast<float>(load(static_cast<double*>(nullptr)));
-      case dtype::f32: return load(static_cast<float*>(nullptr));
-      case dtype::f16: return f16_to_f32(load(static_cast<std::uint16_t*>(nullptr)));
-      case dtype::bf16: return bf16_to_f32(load(static_cast<std::uint16_t*>(nullptr)));
-      case dtype::f8_e4m3: return e4m3_to_f32(static_cast<std::uint8_t>(*p));
-      case dtype::f8_e5m2: return e5m2_to_f32(static_cast<std::uint8_t>(*p));
-      case dtype::f8_e8m0: return e8m0_to_f32(static_cast<std::uint8_t>(*p));
-      case dtype::i64: return static_cast<float>(load(static_cast<std::int64_t*>(nullptr)));
-      case dtype::i32: return static_cast<float>(load(static_cast<std::int32_t*>(nullptr)));
-      case dtype::i16: return static_cast<float>(load(static_cast<std::int16_t*>(nullptr)));
-      case dtype::i8: return static_cast<float>(static_cast<std::int8_t>(*p));
-      case dtype::u64: return static_cast<float>(load(static_cast<std::uint64_t*>(nullptr)));
-      case dtype::u32: return static_cast<float>(load(static_cast<std::uint32_t*>(nullptr)));
-      case dtype::u16: return static_cast<float>(load(static_cast<std::uint16_t*>(nullptr)));
-      case dtype::u8: return static_cast<float>(static_cast<std::uint8_t>(*p));
-      case dtype::boolean: return *p != std::byte{0} ? 1.0f : 0.0f;
-      default: return 0.0f;  // packed types never reach here (see to_f32)
-    }
-  }
+  static float decode_f32(dtype t, const std::byte* p) noexcept;
 
  private:
   dtype type_ = dtype::f32;
@@ -334,18 +201,7 @@ class aligned_buffer {
   aligned_buffer& operator=(const aligned_buffer&) = delete;
   ~aligned_buffer() { release(); }
 
-  static result<aligned_buffer> allocate(std::size_t bytes, std::size_t alignment = default_alignment) {
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment < alignof(std::max_align_t))
-      return make_error(errc::invalid_argument, "alignment ", alignment, " is not a power of two >= ", alignof(std::max_align_t));
-    aligned_buffer b;
-    b.align_ = alignment;
-    if (bytes == 0) return b;
-    void* p = ::operator new(bytes, std::align_val_t(alignment), std::nothrow);
-    if (!p) return make_error(errc::out_of_memory, "cannot allocate ", bytes, " bytes");
-    b.data_ = static_cast<std::byte*>(p);
-    b.size_ = bytes;
-    return b;
-  }
+  static result<aligned_buffer> allocate(std::size_t bytes, std::size_t alignment = default_alignment);
 
   std::byte* data() noexcept { return data_; }
   const std::byte* data() const noexcept { return data_; }
@@ -367,5 +223,173 @@ class aligned_buffer {
   std::size_t size_ = 0;
   std::size_t align_ = default_alignment;
 };
+
+#if SLM_DEFINE_IO
+
+SLM_INLINE result<shape> shape::from(std::span<const std::int64_t> dims) {
+  if (dims.size() > max_rank)
+    return make_error(errc::unsupported, "rank ", dims.size(), " exceeds the maximum of ", max_rank);
+  shape s;
+  std::uint64_t n = 1;
+  for (std::int64_t d : dims) {
+    if (d < 0) return make_error(errc::format_error, "negative dimension ", d);
+    if (d != 0 && n > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / static_cast<std::uint64_t>(d))
+      return make_error(errc::out_of_range, "element count of shape overflows 63 bits");
+    n *= static_cast<std::uint64_t>(d);
+    s.dims_[s.rank_++] = d;
+  }
+  return s;
+}
+
+SLM_INLINE std::string shape::to_string() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < rank_; ++i) s += cat(i ? ", " : "", dims_[i]);
+  return s + "]";
+}
+
+SLM_INLINE result<std::uint64_t> byte_size(dtype t, std::int64_t numel) {
+  if (numel < 0) return make_error(errc::invalid_argument, "negative element count");
+  const std::uint64_t bits = bits_of(t);
+  const std::uint64_t n = static_cast<std::uint64_t>(numel);
+  if (n > std::numeric_limits<std::uint64_t>::max() / bits)
+    return make_error(errc::out_of_range, "byte size of ", numel, " x ", safetensors_name(t), " overflows");
+  if ((n * bits) % 8 != 0)
+    return make_error(errc::format_error, numel, " elements of ", safetensors_name(t),
+                      " do not fill a whole number of bytes");
+  return n * bits / 8;
+}
+
+SLM_INLINE result<tensor_view> tensor_view::slice(std::size_t d, std::int64_t begin, std::int64_t end) const {
+  if (d >= rank()) return make_error(errc::invalid_argument, "slice of dimension ", d, " of a rank-", rank(), " tensor");
+  if (size_of(type_) == 0) return make_error(errc::unsupported, "slicing a packed ", safetensors_name(type_), " tensor");
+  if (begin < 0 || end < begin || end > shape_[d])
+    return make_error(errc::out_of_range, "slice [", begin, ", ", end, ") of dimension ", d, " with size ", shape_[d]);
+  tensor_view v = *this;
+  v.shape_[d] = end - begin;
+  v.data_ += begin * strides_[d] * static_cast<std::int64_t>(size_of(type_));
+  return v;
+}
+
+SLM_INLINE result<tensor_view> tensor_view::transpose(std::size_t a, std::size_t b) const {
+  if (a >= rank() || b >= rank()) return make_error(errc::invalid_argument, "transpose of dimensions ", a, ", ", b, " of a rank-", rank(), " tensor");
+  if (size_of(type_) == 0) return make_error(errc::unsupported, "transposing a packed ", safetensors_name(type_), " tensor");
+  tensor_view v = *this;
+  std::swap(v.shape_[a], v.shape_[b]);
+  std::swap(v.strides_[a], v.strides_[b]);
+  return v;
+}
+
+SLM_INLINE result<tensor_view> tensor_view::reshape(const slm::shape& s) const {
+  if (s.numel() != numel())
+    return make_error(errc::invalid_argument, "cannot reshape ", shape_.to_string(), " to ", s.to_string());
+  if (!is_contiguous()) return make_error(errc::invalid_argument, "reshape of a non-contiguous view");
+  return tensor_view(type_, s, data_);
+}
+
+SLM_INLINE status tensor_view::to_f32(std::span<float> out) const {
+  const std::int64_t n = numel();
+  if (out.size() != static_cast<std::size_t>(n))
+    return make_error(errc::invalid_argument, "to_f32: output holds ", out.size(), " floats, tensor has ", n);
+  if (type_ == dtype::f6_e2m3 || type_ == dtype::f6_e3m2 || type_ == dtype::c64)
+    return make_error(errc::unsupported, "to_f32 of ", safetensors_name(type_));
+  if (type_ == dtype::f4) {  // packed: always contiguous, element 2i in the low nibble
+    for (std::int64_t i = 0; i < n; ++i) {
+      const auto byte = static_cast<std::uint8_t>(data_[i / 2]);
+      out[static_cast<std::size_t>(i)] = e2m1_to_f32(i % 2 == 0 ? (byte & 0x0F) : (byte >> 4));
+    }
+    return {};
+  }
+  if (is_contiguous()) {  // the common case: one type dispatch, then a straight loop
+    decode_contiguous(out);
+    return {};
+  }
+  std::array<std::int64_t, shape::max_rank> index{};
+  const std::size_t r = rank();
+  const auto esize = static_cast<std::int64_t>(size_of(type_));
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::int64_t off = 0;
+    for (std::size_t k = 0; k < r; ++k) off += index[k] * strides_[k];
+    out[static_cast<std::size_t>(i)] = decode_f32(type_, data_ + off * esize);
+    for (std::size_t k = r; k-- > 0;) {  // odometer increment
+      if (++index[k] < shape_[k]) break;
+      index[k] = 0;
+    }
+  }
+  return {};
+}
+
+SLM_INLINE void tensor_view::decode_contiguous(std::span<float> out) const noexcept {
+  const std::size_t n = out.size();
+  auto each = [&]<class T>(T*, auto convert) {
+    for (std::size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, data_ + i * sizeof(T), sizeof(T));
+      out[i] = convert(v);
+    }
+  };
+  auto cast = [](auto v) { return static_cast<float>(v); };
+  switch (type_) {
+    case dtype::f32: if (n) std::memcpy(out.data(), data_, n * sizeof(float)); return;
+    case dtype::bf16: return each(static_cast<std::uint16_t*>(nullptr), [](std::uint16_t v) { return bf16_to_f32(v); });
+    case dtype::f16: return each(static_cast<std::uint16_t*>(nullptr), [](std::uint16_t v) { return f16_to_f32(v); });
+    case dtype::f8_e4m3: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e4m3_to_f32(v); });
+    case dtype::f8_e5m2: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e5m2_to_f32(v); });
+    case dtype::f8_e8m0: return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return e8m0_to_f32(v); });
+    case dtype::f64: return each(static_cast<double*>(nullptr), cast);
+    case dtype::i64: return each(static_cast<std::int64_t*>(nullptr), cast);
+    case dtype::i32: return each(static_cast<std::int32_t*>(nullptr), cast);
+    case dtype::i16: return each(static_cast<std::int16_t*>(nullptr), cast);
+    case dtype::i8: return each(static_cast<std::int8_t*>(nullptr), cast);
+    case dtype::u64: return each(static_cast<std::uint64_t*>(nullptr), cast);
+    case dtype::u32: return each(static_cast<std::uint32_t*>(nullptr), cast);
+    case dtype::u16: return each(static_cast<std::uint16_t*>(nullptr), cast);
+    case dtype::u8: return each(static_cast<std::uint8_t*>(nullptr), cast);
+    case dtype::boolean:
+      return each(static_cast<std::uint8_t*>(nullptr), [](std::uint8_t v) { return v != 0 ? 1.0f : 0.0f; });
+    default: return;  // packed and complex types are handled (or refused) by to_f32
+  }
+}
+
+SLM_INLINE float tensor_view::decode_f32(dtype t, const std::byte* p) noexcept {
+  auto load = [p]<class T>(T*) {
+    T v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (t) {
+    case dtype::f64: return static_cast<float>(load(static_cast<double*>(nullptr)));
+    case dtype::f32: return load(static_cast<float*>(nullptr));
+    case dtype::f16: return f16_to_f32(load(static_cast<std::uint16_t*>(nullptr)));
+    case dtype::bf16: return bf16_to_f32(load(static_cast<std::uint16_t*>(nullptr)));
+    case dtype::f8_e4m3: return e4m3_to_f32(static_cast<std::uint8_t>(*p));
+    case dtype::f8_e5m2: return e5m2_to_f32(static_cast<std::uint8_t>(*p));
+    case dtype::f8_e8m0: return e8m0_to_f32(static_cast<std::uint8_t>(*p));
+    case dtype::i64: return static_cast<float>(load(static_cast<std::int64_t*>(nullptr)));
+    case dtype::i32: return static_cast<float>(load(static_cast<std::int32_t*>(nullptr)));
+    case dtype::i16: return static_cast<float>(load(static_cast<std::int16_t*>(nullptr)));
+    case dtype::i8: return static_cast<float>(static_cast<std::int8_t>(*p));
+    case dtype::u64: return static_cast<float>(load(static_cast<std::uint64_t*>(nullptr)));
+    case dtype::u32: return static_cast<float>(load(static_cast<std::uint32_t*>(nullptr)));
+    case dtype::u16: return static_cast<float>(load(static_cast<std::uint16_t*>(nullptr)));
+    case dtype::u8: return static_cast<float>(static_cast<std::uint8_t>(*p));
+    case dtype::boolean: return *p != std::byte{0} ? 1.0f : 0.0f;
+    default: return 0.0f;  // packed types never reach here (see to_f32)
+  }
+}
+
+SLM_INLINE result<aligned_buffer> aligned_buffer::allocate(std::size_t bytes, std::size_t alignment) {
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0 || alignment < alignof(std::max_align_t))
+    return make_error(errc::invalid_argument, "alignment ", alignment, " is not a power of two >= ", alignof(std::max_align_t));
+  aligned_buffer b;
+  b.align_ = alignment;
+  if (bytes == 0) return b;
+  void* p = ::operator new(bytes, std::align_val_t(alignment), std::nothrow);
+  if (!p) return make_error(errc::out_of_memory, "cannot allocate ", bytes, " bytes");
+  b.data_ = static_cast<std::byte*>(p);
+  b.size_ = bytes;
+  return b;
+}
+
+#endif  // SLM_DEFINE_IO
 
 }  // namespace slm
