@@ -96,18 +96,24 @@ struct weight_name {
   std::string module, index;
   bool ok = false;
 };
-inline weight_name split_weight_name(std::string_view name) {
+weight_name split_weight_name(std::string_view name);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE weight_name split_weight_name(std::string_view name) {
   const std::size_t dot = name.rfind(".weight");
   if (dot == std::string_view::npos || dot == 0) return {};
   const std::string_view tail = name.substr(dot + 7);
   if (!std::all_of(tail.begin(), tail.end(), [](char c) { return c >= '0' && c <= '9'; }) || tail.size() > 6) return {};
   return {std::string(name.substr(0, dot)), std::string(tail), true};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Why a weight stays in high precision, or empty if it is quantized.
 // `includes` holds opt.include as exclude patterns (the same matching rules).
-inline std::string keep_reason(const std::string& name, const safetensors::tensor_info& t, const convert_options& opt,
-                               const quant_config& excludes, const quant_config& includes = {}) {
+std::string keep_reason(const std::string& name, const safetensors::tensor_info& t, const convert_options& opt,
+                        const quant_config& excludes, const quant_config& includes = {});
+#if SLM_DEFINE_KERNELS
+SLM_INLINE std::string keep_reason(const std::string& name, const safetensors::tensor_info& t, const convert_options& opt,
+                                   const quant_config& excludes, const quant_config& includes) {
   if (t.type != dtype::f32 && t.type != dtype::bf16 && t.type != dtype::f16) return "not a floating tensor";
   const weight_name wn = split_weight_name(name);
   if (t.shape.rank() != 2 || !wn.ok) return "not a linear weight";
@@ -126,13 +132,17 @@ inline std::string keep_reason(const std::string& name, const safetensors::tenso
   if (static_cast<std::size_t>(t.shape[1]) % block != 0) return cat("K = ", t.shape[1], " is not a multiple of ", block);
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Row r of a tensor as f32.
-inline void row_to_f32(const tensor_view& v, std::size_t r, std::span<float> out) {
+void row_to_f32(const tensor_view& v, std::size_t r, std::span<float> out);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void row_to_f32(const tensor_view& v, std::size_t r, std::span<float> out) {
   const std::size_t k = out.size(), esize = size_of(v.type());
   const tensor_view row(v.type(), slm::shape{static_cast<std::int64_t>(k)}, v.data() + r * k * esize);
   (void)row.to_f32(out);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 struct converted {
   std::vector<std::byte> data, scales;
@@ -142,8 +152,11 @@ struct converted {
 
 // Quantizes a [N, K] tensor row by row (rows in parallel, statistics reduced in a fixed
 // chunk order so the report does not depend on the thread count).
-inline status quantize_tensor(const tensor_view& v, const convert_options& opt, executor_ref ex, converted& out,
-                              bool global_only = false) {
+status quantize_tensor(const tensor_view& v, const convert_options& opt, executor_ref ex, converted& out,
+                       bool global_only = false);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status quantize_tensor(const tensor_view& v, const convert_options& opt, executor_ref ex, converted& out,
+                                  bool global_only) {
   const std::size_t n = static_cast<std::size_t>(v.dim(0)), k = static_cast<std::size_t>(v.dim(1));
   const weight_format f = opt.format;
   const std::size_t scale_bytes_per_row = f == weight_format::nvfp4 ? k / 16 : f == weight_format::mxfp4 ? k / 32 : 0;
@@ -209,28 +222,39 @@ inline status quantize_tensor(const tensor_view& v, const convert_options& opt, 
   }
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
-inline status write_json_file(const std::filesystem::path& path, const json::value& doc) {
+status write_json_file(const std::filesystem::path& path, const json::value& doc);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status write_json_file(const std::filesystem::path& path, const json::value& doc) {
   const std::string text = json::dump(doc);
   std::FILE* fp = std::fopen(path.string().c_str(), "wb");
   const bool wrote = fp && std::fwrite(text.data(), 1, text.size(), fp) == text.size();
   if (!fp || std::fclose(fp) != 0 || !wrote) return make_error(errc::io_error, path.string(), ": write failed");
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
-inline status copy_file(const std::filesystem::path& from, const std::filesystem::path& to) {
+status copy_file(const std::filesystem::path& from, const std::filesystem::path& to);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status copy_file(const std::filesystem::path& from, const std::filesystem::path& to) {
   std::error_code ec;
   std::filesystem::copy_file(from, to, std::filesystem::copy_options::overwrite_existing, ec);
   if (ec) return make_error(errc::io_error, "cannot copy ", from.string(), " to ", to.string(), ": ", ec.message());
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace detail
 
 // Converts the checkpoint in `in` into `out` (created if missing; must not be `in`).
-inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out,
-                                                             const convert_options& opt, executor_ref ex,
-                                                             const convert_progress& progress = {}) {
+result<std::vector<tensor_report>> convert_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out,
+                                                      const convert_options& opt, executor_ref ex,
+                                                      const convert_progress& progress = {});
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out,
+                                                                 const convert_options& opt, executor_ref ex,
+                                                                 const convert_progress& progress) {
   if (opt.format != weight_format::nvfp4 && opt.format != weight_format::mxfp4 && opt.format != weight_format::fp8_e4m3 &&
       opt.format != weight_format::bf16)
     return make_error(errc::invalid_argument, "cannot convert to ", to_string(opt.format), " (nvfp4, mxfp4, fp8 or bf16)");
@@ -422,5 +446,6 @@ inline result<std::vector<tensor_report>> convert_checkpoint(const std::filesyst
   }
   return reports;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

@@ -99,7 +99,9 @@ inline std::string describe(const weight_matrix& w) {
 //    (a half-described view is a bug, not a per-tensor fp8 matrix);
 //  * global is finite (a NaN or infinite per-tensor scale cannot be a checkpoint's).
 // An empty matrix (N == 0 or K == 0) is valid whatever its pointers.
-inline status validate(const weight_matrix& w) {
+status validate(const weight_matrix& w);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status validate(const weight_matrix& w) {
   auto bad = [&](const auto&... what) {
     return make_error(errc::invalid_argument, detail::describe(w), ": ", what...);
   };
@@ -143,13 +145,16 @@ inline status validate(const weight_matrix& w) {
     return bad("scale_stride ", w.scale_stride, " is less than the ", sb, " bytes of one row of scales");
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // ---------------------------------------------------------------------------------
 // The reference dequantizer.
 
 // Row `row` of W as K floats into out[0, K). Preconditions: validate(w) is ok, row < N,
 // out.size() >= K; if the last two do not hold it writes nothing.
-inline void dequantize_row(const weight_matrix& w, std::size_t row, std::span<float> out) noexcept {
+void dequantize_row(const weight_matrix& w, std::size_t row, std::span<float> out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void dequantize_row(const weight_matrix& w, std::size_t row, std::span<float> out) noexcept {
   const std::size_t K = w.cols;
   if (row >= w.rows || out.size() < K || K == 0) return;
   const std::byte* src = w.data + row * w.row_stride;
@@ -202,10 +207,13 @@ inline void dequantize_row(const weight_matrix& w, std::size_t row, std::span<fl
   if (g != 1.0f)
     for (std::size_t k = 0; k < K; ++k) out[k] *= g;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // One element W[r, k], computed on its own (tests, debugging; the same arithmetic as
 // dequantize_row). Preconditions: validate(w) is ok; NaN when r or k is out of range.
-inline float dequantize_at(const weight_matrix& w, std::size_t r, std::size_t k) noexcept {
+float dequantize_at(const weight_matrix& w, std::size_t r, std::size_t k) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE float dequantize_at(const weight_matrix& w, std::size_t r, std::size_t k) noexcept {
   if (r >= w.rows || k >= w.cols) return std::numeric_limits<float>::quiet_NaN();
   const std::byte* row = w.data + r * w.row_stride;
   const float g = w.global;
@@ -230,9 +238,12 @@ inline float dequantize_at(const weight_matrix& w, std::size_t r, std::size_t k)
   }
   return std::numeric_limits<float>::quiet_NaN();
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // All of W, row-major, into out (N x K floats). Validates the view first.
-inline status dequantize(const weight_matrix& w, std::span<float> out) {
+status dequantize(const weight_matrix& w, std::span<float> out);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status dequantize(const weight_matrix& w, std::span<float> out) {
   SLM_TRY(validate(w));
   if (w.cols != 0 && w.rows > std::numeric_limits<std::size_t>::max() / w.cols)
     return make_error(errc::out_of_range, detail::describe(w), ": N x K overflows");
@@ -242,6 +253,7 @@ inline status dequantize(const weight_matrix& w, std::span<float> out) {
   for (std::size_t r = 0; r < w.rows; ++r) dequantize_row(w, r, out.subspan(r * w.cols, w.cols));
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // ---------------------------------------------------------------------------------
 // Building views from checkpoint tensors, with dtype and shape checks. Each returns a
@@ -256,7 +268,9 @@ struct matrix_geometry {
 
 // A rank-2 tensor whose rows are contiguous (the last stride is 1; the row stride may be
 // larger, as for a column slice). Packed F4 tensors are always contiguous.
-inline result<matrix_geometry> rows_of(const tensor_view& t, std::string_view what) {
+result<matrix_geometry> rows_of(const tensor_view& t, std::string_view what);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<matrix_geometry> rows_of(const tensor_view& t, std::string_view what) {
   if (t.rank() != 2)
     return make_error(errc::invalid_argument, what, ": expected a rank-2 tensor, found ",
                       safetensors_name(t.type()), " ", t.shape().to_string());
@@ -274,12 +288,15 @@ inline result<matrix_geometry> rows_of(const tensor_view& t, std::string_view wh
   g.row_stride = g.rows > 1 ? static_cast<std::size_t>(t.stride(0)) * size_of(t.type()) : g.cols * size_of(t.type());
   return g;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 inline std::string shape_text(std::size_t a, std::size_t b) { return cat("[", a, ", ", b, "]"); }
 
 // Codes of a packed FP4 matrix: U8 [N, K/2], F4 [N, K] (safetensors' sub-byte tag counts
 // elements), or for mxfp4 the gpt-oss blocks U8 [N, K/32, 16]. Sets rows, cols = K.
-inline result<matrix_geometry> fp4_codes(const tensor_view& codes, std::string_view what, bool allow_blocks) {
+result<matrix_geometry> fp4_codes(const tensor_view& codes, std::string_view what, bool allow_blocks);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<matrix_geometry> fp4_codes(const tensor_view& codes, std::string_view what, bool allow_blocks) {
   if (allow_blocks && codes.rank() == 3 && codes.type() == dtype::u8) {
     if (codes.dim(2) != 16 || (codes.dim(1) > 1 && codes.stride(1) != 16) || codes.stride(2) != 1)
       return make_error(errc::invalid_argument, what, ": gpt-oss blocks must be contiguous U8 [N, K/32, 16], found U8 ",
@@ -299,11 +316,14 @@ inline result<matrix_geometry> fp4_codes(const tensor_view& codes, std::string_v
   if (codes.type() == dtype::u8) g->cols *= 2;  // bytes -> elements
   return g;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace detail
 
 // F32, BF16 or F16 [N, K].
-inline result<weight_matrix> make_dense(const tensor_view& t) {
+result<weight_matrix> make_dense(const tensor_view& t);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> make_dense(const tensor_view& t) {
   weight_format f;
   switch (t.type()) {
     case dtype::f32: f = weight_format::f32; break;
@@ -324,10 +344,13 @@ inline result<weight_matrix> make_dense(const tensor_view& t) {
   SLM_TRY(validate(w));
   return w;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // FP8 E4M3 [N, K] with a per-tensor multiplier (ModelOpt/compressed-tensors FP8:
 // weight_scale).
-inline result<weight_matrix> make_fp8(const tensor_view& codes, float global = 1.0f) {
+result<weight_matrix> make_fp8(const tensor_view& codes, float global = 1.0f);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> make_fp8(const tensor_view& codes, float global) {
   if (codes.type() != dtype::f8_e4m3)
     return make_error(errc::invalid_argument, "fp8 weight: expected F8_E4M3 [N, K], found ",
                       safetensors_name(codes.type()), " ", codes.shape().to_string());
@@ -343,11 +366,15 @@ inline result<weight_matrix> make_fp8(const tensor_view& codes, float global = 1
   SLM_TRY(validate(w));
   return w;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // FP8 E4M3 [N, K] with DeepSeek-style f32 block scales [ceil(N/bn), ceil(K/bk)]
 // (weight_scale_inv, a multiplier despite its name), e.g. bn = bk = 128.
-inline result<weight_matrix> make_fp8(const tensor_view& codes, const tensor_view& scales, std::size_t block_rows,
-                                      std::size_t block_cols, float global = 1.0f) {
+result<weight_matrix> make_fp8(const tensor_view& codes, const tensor_view& scales, std::size_t block_rows,
+                               std::size_t block_cols, float global = 1.0f);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> make_fp8(const tensor_view& codes, const tensor_view& scales, std::size_t block_rows,
+                                          std::size_t block_cols, float global) {
   if (block_rows == 0 || block_cols == 0)
     return make_error(errc::invalid_argument, "fp8 block scales: block size ", block_rows, " x ", block_cols,
                       " must be at least 1 x 1");
@@ -369,13 +396,17 @@ inline result<weight_matrix> make_fp8(const tensor_view& codes, const tensor_vie
   SLM_TRY(validate(*w));
   return w;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 namespace detail {
 
 // The shared body of make_nvfp4 and make_mxfp4: packed E2M1 codes [N, K/2] (F4 [N, K];
 // for mxfp4 also gpt-oss blocks) with one scale per `block` elements, [N, K/block].
-inline result<weight_matrix> make_packed_fp4(weight_format format, const tensor_view& codes, const tensor_view& scales,
-                                             float global) {
+result<weight_matrix> make_packed_fp4(weight_format format, const tensor_view& codes, const tensor_view& scales,
+                                      float global);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> make_packed_fp4(weight_format format, const tensor_view& codes, const tensor_view& scales,
+                                                 float global) {
   const bool nv = format == weight_format::nvfp4;
   const std::string_view what = nv ? "nvfp4 weight" : "mxfp4 weight";
   const std::string_view scales_what = nv ? "nvfp4 weight_scale" : "mxfp4 scales";
@@ -408,6 +439,7 @@ inline result<weight_matrix> make_packed_fp4(weight_format format, const tensor_
   SLM_TRY(validate(w));
   return w;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace detail
 

@@ -37,8 +37,11 @@ struct synthetic_weights {
 
 // `copies` of an N x K matrix of format f, filled from a xorshift generator by the
 // executor's threads (first touch places pages near their readers).
-inline result<synthetic_weights> make_synthetic_weights(weight_format f, std::size_t n, std::size_t k,
-                                                        std::size_t min_bytes, executor_ref ex) {
+result<synthetic_weights> make_synthetic_weights(weight_format f, std::size_t n, std::size_t k,
+                                                 std::size_t min_bytes, executor_ref ex);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<synthetic_weights> make_synthetic_weights(weight_format f, std::size_t n, std::size_t k,
+                                                            std::size_t min_bytes, executor_ref ex) {
   if (k % block_size(f) != 0) return make_error(errc::invalid_argument, "K = ", k, " is not a multiple of the ", to_string(f), " block");
   synthetic_weights out;
   const std::size_t data = n * row_bytes(f, k), blocks = block_size(f) > 1 ? n * (k / block_size(f)) : 0;
@@ -82,6 +85,7 @@ inline result<synthetic_weights> make_synthetic_weights(weight_format f, std::si
   }
   return out;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 struct kernel_figure {
   double value = 0;  // GB/s (GEMV) or GFLOP/s (GEMM)
@@ -92,10 +96,14 @@ struct kernel_figure {
 // Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
 // `act` int8 selects the W4A8 path (matmul_w4a8.hpp) for nvfp4 / mxfp4, bf16 the
 // bf16-activation path (matmul_bf16.hpp) for nvfp4 / mxfp4 / bf16.
-inline result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
-                                            const probe_result& probe, executor_ref ex, double seconds = 0.5,
-                                            std::size_t gemv_bytes = std::size_t(160) << 20,
-                                            activation_precision act = activation_precision::f32) {
+result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
+                                     const probe_result& probe, executor_ref ex, double seconds = 0.5,
+                                     std::size_t gemv_bytes = std::size_t(160) << 20,
+                                     activation_precision act = activation_precision::f32);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
+                                                const probe_result& probe, executor_ref ex, double seconds,
+                                                std::size_t gemv_bytes, activation_precision act) {
   const bool gemv = n_tok == 1;
   auto w = make_synthetic_weights(f, n, k, gemv ? gemv_bytes : 0, ex);
   if (!w.ok()) return std::move(w).take_error();
@@ -122,5 +130,6 @@ inline result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std:
   }
   return fig;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

@@ -49,7 +49,9 @@ inline std::uint64_t weight_bytes(const weight_matrix& w) noexcept {
 
 // Rows [r0, r0 + n) of w as a view of the same storage (expert slices of a stacked
 // tensor, one head's rows of a projection). fp8 block scales must stay block-aligned.
-inline result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, std::size_t n) {
+result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, std::size_t n);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, std::size_t n) {
   if (r0 > w.rows || n > w.rows - r0)
     return make_error(errc::out_of_range, "rows [", r0, ", ", r0 + n, ") of a weight with ", w.rows, " rows");
   weight_matrix s = w;
@@ -65,6 +67,7 @@ inline result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, 
   }
   return s;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 struct linear {
   weight_matrix w;
@@ -74,23 +77,30 @@ struct linear {
   std::size_t out() const noexcept { return w.rows; }
 
   // [T, in] x [in, out] -> [T, out]; x rows are ldx apart, y rows ldy apart.
-  status apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy, compute_context& cx) const {
-    const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
-    SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best,
-                   packed ? cx.quantized_activations : activation_precision::f32));
-    cx.weight_bytes += weight_bytes(w);
-    if (!bias.empty())
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];
-    return {};
-  }
+  status apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy, compute_context& cx) const;
   status apply(const float* x, std::size_t T, float* y, compute_context& cx) const {
     return apply(x, T, in(), y, out(), cx);
   }
 };
 
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy,
+                                compute_context& cx) const {
+  const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
+  SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best,
+                 packed ? cx.quantized_activations : activation_precision::f32));
+  cx.weight_bytes += weight_bytes(w);
+  if (!bias.empty())
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];
+  return {};
+}
+#endif  // SLM_DEFINE_KERNELS
+
 // A 1-D parameter (norm weight, bias, router correction bias) of exactly n values, as f32.
-inline result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n) {
+result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   if (t->rank() != 1 || static_cast<std::size_t>(t->dim(0)) != n)
@@ -105,10 +115,13 @@ inline result<floats> load_vector(const checkpoint& ck, const std::string& name,
       return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", v[i], " at ", i);
   return v;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // The weight of linear module `module` (any on-disk layout quant_config.hpp knows), with
 // its shape checked against [out, in]; its bias is loaded when the checkpoint has one.
-inline result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in) {
+result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in) {
   auto w = load_linear_weight(ck, module);
   if (!w.ok()) return std::move(w).take_error();
   if (w->rows != out || w->cols != in)
@@ -124,5 +137,6 @@ inline result<linear> load_linear(const checkpoint& ck, std::string_view module,
   }
   return l;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

@@ -140,7 +140,9 @@ inline std::size_t factor_run(const weight_matrix& w, std::size_t k) noexcept {
 
 // Dequantizes columns [k0, k0 + n) of row r into out[0..n): element x factor, exactly
 // the reference's values.
-inline void decode_scalar(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept {
+void decode_scalar(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void decode_scalar(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept {
   const std::byte* row = w.data + r * w.row_stride;
   std::size_t k = k0;
   const std::size_t end = k0 + n;
@@ -150,12 +152,16 @@ inline void decode_scalar(const weight_matrix& w, std::size_t r, std::size_t k0,
     for (; k < stop; ++k) out[k - k0] = element(w.format, row, k) * f;
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // ---------------------------------------------------------------------------------
 // Reference: y[t, r] = sum_{k = 0..K-1} x[t, k] * (element(r, k) * factor(r, k)), in
 // order, f32. Rows [r0, r1).
-inline void reference(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                      std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
+void reference(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+               std::size_t ldy, std::size_t r0, std::size_t r1) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void reference(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                          std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
   const std::size_t K = w.cols;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* row = w.data + r * w.row_stride;
@@ -172,6 +178,7 @@ inline void reference(const weight_matrix& w, const float* x, std::size_t n_tok,
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Sum over one 16-element nvfp4 block (or any 2-aligned run) of x * e2m1, in order.
 inline float fp4_dot_scalar(const std::byte* codes, const float* x, std::size_t n) noexcept {
@@ -206,7 +213,9 @@ inline constexpr std::size_t gemm_kc = 256;
 //     per remaining 32-column group the even/odd order below.
 //   even/odd, per 32-column group: [x0, x2, ..., x30, x1, x3, ..., x31].
 // Columns past the last whole group are not copied (kernels read them from x).
-SLM_MM_AVX512 inline void permute_x_512(const float* x, std::size_t K, float* xp, bool chunk128) noexcept {
+SLM_MM_AVX512 void permute_x_512(const float* x, std::size_t K, float* xp, bool chunk128) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX512 SLM_INLINE void permute_x_512(const float* x, std::size_t K, float* xp, bool chunk128) noexcept {
   std::size_t g = 0;
   if (chunk128) {
     for (; g + 128 <= K; g += 128)
@@ -221,6 +230,7 @@ SLM_MM_AVX512 inline void permute_x_512(const float* x, std::size_t K, float* xp
     _mm512_storeu_ps(xp + g + 16, _mm512_permutex2var_ps(a, io, b));
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Horizontal sum in a fixed order. (Not _mm512_reduce_add_ps / plain _mm512_cvtph_ps:
 // GCC 12 warns about their undefined pass-through operands, GCC bug 105593.)
@@ -453,8 +463,11 @@ SLM_MM_AVX512 void gemv_f_512(const weight_matrix& w, std::size_t r, const float
 
 // Dequantizes columns [k0, k0 + n) of row r into out (natural order), values identical
 // to decode_scalar (same element x factor products).
-SLM_MM_AVX512 inline void decode_row_512(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
-                                         float* out) noexcept {
+SLM_MM_AVX512 void decode_row_512(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
+                                  float* out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX512 SLM_INLINE void decode_row_512(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
+                                             float* out) noexcept {
   const std::byte* row = w.data + r * w.row_stride;
   std::size_t k = k0;
   const std::size_t end = k0 + n;
@@ -497,6 +510,7 @@ SLM_MM_AVX512 inline void decode_row_512(const weight_matrix& w, std::size_t r, 
   }
   if (k < end) decode_scalar(w, r, k, end - k, out + (k - k0));
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Microkernel: T tokens x 64 rows over kc columns of a k-major panel (64 floats per k).
 // y points at Y[t0, r0]; nr <= 64 rows are written; first: store, else add. 4 row
@@ -538,8 +552,11 @@ SLM_MM_AVX512 void micro_512(const float* panel, std::size_t kc, const float* x,
   }
 }
 
-SLM_MM_AVX512 inline void micro_512_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
-                                        std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
+SLM_MM_AVX512 void micro_512_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
+                                 std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX512 SLM_INLINE void micro_512_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
+                                            std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
   switch (T) {
     case 1: return micro_512<1>(panel, kc, x, ldx, y, ldy, nr, first);
     case 2: return micro_512<2>(panel, kc, x, ldx, y, ldy, nr, first);
@@ -549,11 +566,16 @@ SLM_MM_AVX512 inline void micro_512_any(std::size_t T, const float* panel, std::
     default: return micro_512<6>(panel, kc, x, ldx, y, ldy, nr, first);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Panel fill: each row decoded into `tmp`, then scattered k-major (scalar stores).
-SLM_MM_AVX512 inline void gemm_rows_512(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
-                                        float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
-                                        float* panel, float* tmp) noexcept {
+SLM_MM_AVX512 void gemm_rows_512(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                 float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
+                                 float* panel, float* tmp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                            float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
+                                            float* panel, float* tmp) noexcept {
   constexpr std::size_t PR = gemm_pr, TT = gemm_tt;
   const std::size_t K = w.cols;
   for (std::size_t rb = r0; rb < r1; rb += PR) {
@@ -571,6 +593,7 @@ SLM_MM_AVX512 inline void gemm_rows_512(const weight_matrix& w, const float* x, 
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // ===================================================================================
 // AVX2
@@ -682,8 +705,11 @@ SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* 
   }
 }
 
-SLM_MM_AVX2 inline void decode_row_256(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
-                                       float* out) noexcept {
+SLM_MM_AVX2 void decode_row_256(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
+                                float* out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX2 SLM_INLINE void decode_row_256(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
+                                           float* out) noexcept {
   const std::byte* row = w.data + r * w.row_stride;
   std::size_t k = k0;
   const std::size_t end = k0 + n;
@@ -730,6 +756,7 @@ SLM_MM_AVX2 inline void decode_row_256(const weight_matrix& w, std::size_t r, st
   }
   if (k < end) decode_scalar(w, r, k, end - k, out + (k - k0));
 }
+#endif  // SLM_DEFINE_KERNELS
 
 template <int T>
 SLM_MM_AVX2 void micro_256(const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
@@ -758,8 +785,11 @@ SLM_MM_AVX2 void micro_256(const float* panel, std::size_t kc, const float* x, s
   }
 }
 
-SLM_MM_AVX2 inline void micro_256_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
-                                      std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
+SLM_MM_AVX2 void micro_256_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
+                               std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX2 SLM_INLINE void micro_256_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
+                                          std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
   switch (T) {
     case 1: return micro_256<1>(panel, kc, x, ldx, y, ldy, nr, first);
     case 2: return micro_256<2>(panel, kc, x, ldx, y, ldy, nr, first);
@@ -769,10 +799,15 @@ SLM_MM_AVX2 inline void micro_256_any(std::size_t T, const float* panel, std::si
     default: return micro_256<6>(panel, kc, x, ldx, y, ldy, nr, first);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
-SLM_MM_AVX2 inline void gemm_rows_256(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
-                                      float* y, std::size_t ldy, std::size_t r0, std::size_t r1, float* panel,
-                                      float* tmp) noexcept {
+SLM_MM_AVX2 void gemm_rows_256(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                               float* y, std::size_t ldy, std::size_t r0, std::size_t r1, float* panel,
+                               float* tmp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_MM_AVX2 SLM_INLINE void gemm_rows_256(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                          float* y, std::size_t ldy, std::size_t r0, std::size_t r1, float* panel,
+                                          float* tmp) noexcept {
   constexpr std::size_t PR = 16, TT = 6;
   const std::size_t K = w.cols;
   for (std::size_t rb = r0; rb < r1; rb += PR) {
@@ -790,6 +825,7 @@ SLM_MM_AVX2 inline void gemm_rows_256(const weight_matrix& w, const float* x, st
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -826,13 +862,15 @@ template <weight_format F> struct f_256 { template <int R> struct k { static voi
 
 #ifdef SLM_NEON
 // Defined in matmul_neon.hpp (included at the end of this file).
-inline gemv_kernels find_gemv_neon(weight_format f) noexcept;
-inline void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                           std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept;
+SLM_INLINE gemv_kernels find_gemv_neon(weight_format f) noexcept;
+SLM_INLINE void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                               std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept;
 #endif
 
 // The fused GEMV kernels for (format, isa); all null when there are none.
-inline gemv_kernels find_gemv(weight_format f, isa which) noexcept {
+gemv_kernels find_gemv(weight_format f, isa which) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE gemv_kernels find_gemv(weight_format f, isa which) noexcept {
 #ifdef SLM_NEON
   if (which == isa::neon) return find_gemv_neon(f);
 #endif
@@ -863,9 +901,13 @@ inline gemv_kernels find_gemv(weight_format f, isa which) noexcept {
 #endif
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
-inline status validate(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, const float* y,
-                       std::size_t ldy) {
+status validate(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, const float* y,
+                std::size_t ldy);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status validate(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, const float* y,
+                           std::size_t ldy) {
   const std::size_t N = w.rows, K = w.cols;
   const std::string_view fmt = to_string(w.format);
   switch (w.format) {
@@ -903,6 +945,7 @@ inline status validate(const weight_matrix& w, const float* x, std::size_t n_tok
   }
   return ok_status();
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Units of rows handed to threads: fixed, so which thread computes a row never changes
 // what is computed.
@@ -913,8 +956,11 @@ inline constexpr std::size_t row_unit = 32;
 // Y[t, n] = sum_k X[t, k] * W[n, k]; see the file comment. Returns invalid_argument for
 // bad shapes or pointers, unsupported when `which` names an isa this CPU lacks,
 // out_of_memory when scratch cannot be allocated. y is untouched on error.
-inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                     std::size_t ldy, executor_ref ex, isa which = isa::best) {
+status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+              std::size_t ldy, executor_ref ex, isa which = isa::best);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                         std::size_t ldy, executor_ref ex, isa which) {
   namespace mm = detail::mm;
   SLM_TRY(mm::validate(w, x, n_tok, ldx, y, ldy));
   const isa chosen = resolve_isa(which);
@@ -991,6 +1037,7 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
   });
 #endif
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Activation precision of one call. The weights are dequantized exactly on every path;
 // what differs is what the activations are rounded to before the products:
@@ -1012,14 +1059,17 @@ constexpr std::string_view to_string(activation_precision a) noexcept {
 }
 
 // Defined in matmul_w4a8.hpp and matmul_bf16.hpp (included below).
-inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                          std::size_t ldy, executor_ref ex, isa which = isa::best);
-inline status matmul_bf16_activations(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
-                                      float* y, std::size_t ldy, executor_ref ex, isa which = isa::best);
+SLM_INLINE status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                              std::size_t ldy, executor_ref ex, isa which = isa::best);
+SLM_INLINE status matmul_bf16_activations(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                          float* y, std::size_t ldy, executor_ref ex, isa which = isa::best);
 
 // matmul with a choice of activation precision: f32 is matmul() itself.
-inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                     std::size_t ldy, executor_ref ex, isa which, activation_precision act) {
+status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+              std::size_t ldy, executor_ref ex, isa which, activation_precision act);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                         std::size_t ldy, executor_ref ex, isa which, activation_precision act) {
   switch (act) {
     case activation_precision::int8: return matmul_w4a8(w, x, n_tok, ldx, y, ldy, ex, which);
     case activation_precision::bf16: return matmul_bf16_activations(w, x, n_tok, ldx, y, ldy, ex, which);
@@ -1027,6 +1077,7 @@ inline status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, 
   }
   return matmul(w, x, n_tok, ldx, y, ldy, ex, which);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm
 

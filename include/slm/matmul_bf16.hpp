@@ -111,7 +111,9 @@ inline constexpr std::size_t chunk = 128;
 SLM_A16_512 inline __m512bh as_bh(__m512i v) noexcept { return (__m512bh)v; }
 
 // n activations -> bf16 (natural order), the same bits as to_bf16().
-SLM_A16_512 inline void round_row_512(const float* x, std::size_t n, std::uint16_t* out) noexcept {
+SLM_A16_512 void round_row_512(const float* x, std::size_t n, std::uint16_t* out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_A16_512 SLM_INLINE void round_row_512(const float* x, std::size_t n, std::uint16_t* out) noexcept {
   std::size_t k = 0;
   for (; k + 16 <= n; k += 16) {
     const __m256bh b = _mm512_cvtneps_pbh(_mm512_loadu_ps(x + k));
@@ -119,9 +121,12 @@ SLM_A16_512 inline void round_row_512(const float* x, std::size_t n, std::uint16
   }
   for (; k < n; ++k) out[k] = to_bf16(x[k]);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // x -> the fp4 GEMV order above. tmp: K bf16 of scratch.
-SLM_A16_512 inline void permute_fp4_512(const float* x, std::size_t K, std::uint16_t* tmp, std::uint16_t* xp) noexcept {
+SLM_A16_512 void permute_fp4_512(const float* x, std::size_t K, std::uint16_t* tmp, std::uint16_t* xp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_A16_512 SLM_INLINE void permute_fp4_512(const float* x, std::size_t K, std::uint16_t* tmp, std::uint16_t* xp) noexcept {
   round_row_512(x, K, tmp);
   const std::size_t whole = K / chunk * chunk;
   for (std::size_t c = 0; c < whole; c += chunk)
@@ -129,6 +134,7 @@ SLM_A16_512 inline void permute_fp4_512(const float* x, std::size_t K, std::uint
       for (std::size_t i = 0; i < 32; ++i) xp[c + 32 * q + i] = tmp[c + 4 * i + q];
   std::memcpy(xp + whole, tmp + whole, (K - whole) * 2);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // E2M1 code -> bf16 bits, 16 entries twice (vpermw reads 5 index bits).
 SLM_A16_512 inline __m512i e2m1_bf16_table_512() noexcept {
@@ -236,8 +242,11 @@ inline constexpr std::size_t gemm_pr = 64, gemm_kc = 256, gemm_tt = 6;
 // Rows [rb, rb + nr) x columns [k0, k0 + kc) -> panel dword 64 p + i = scaled_bits pair
 // (k0 + 2p, k0 + 2p + 1) of row rb + i; rows past nr and the column past an odd K are 0.
 // tmp: gemm_kc / 2 dwords, 64-aligned.
-SLM_A16_512 inline void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
-                                         std::size_t kc, std::uint32_t* panel, std::uint32_t* tmp) noexcept {
+SLM_A16_512 void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
+                                  std::size_t kc, std::uint32_t* panel, std::uint32_t* tmp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_A16_512 SLM_INLINE void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
+                                             std::size_t kc, std::uint32_t* panel, std::uint32_t* tmp) noexcept {
   const std::size_t pairs = (kc + 1) / 2;
   const bool fp4 = w.format != weight_format::bf16, nv = w.format == weight_format::nvfp4;
   const __m512 tbl = _mm512_loadu_ps(e2m1_table.data());
@@ -268,6 +277,7 @@ SLM_A16_512 inline void decode_panel_512(const weight_matrix& w, std::size_t rb,
     for (std::size_t p = 0; p < pairs; ++p) panel[gemm_pr * p + i] = tmp[p];
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // T tokens x 64 rows over `pairs` k-pairs of a panel. xb: token 0's activation at the
 // panel's first column, token t is ldxb further; y: Y[t0, rb]. first: start from zero,
@@ -310,9 +320,13 @@ SLM_A16_512 void micro_512(const std::uint32_t* panel, std::size_t pairs, const 
   }
 }
 
-SLM_A16_512 inline void micro_512_any(std::size_t T, const std::uint32_t* panel, std::size_t pairs,
-                                      const std::uint16_t* xb, std::size_t ldxb, float* y, std::size_t ldy,
-                                      std::size_t nr, bool first, bool last, float g) noexcept {
+SLM_A16_512 void micro_512_any(std::size_t T, const std::uint32_t* panel, std::size_t pairs,
+                               const std::uint16_t* xb, std::size_t ldxb, float* y, std::size_t ldy,
+                               std::size_t nr, bool first, bool last, float g) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_A16_512 SLM_INLINE void micro_512_any(std::size_t T, const std::uint32_t* panel, std::size_t pairs,
+                                          const std::uint16_t* xb, std::size_t ldxb, float* y, std::size_t ldy,
+                                          std::size_t nr, bool first, bool last, float g) noexcept {
   switch (T) {
     case 1: return micro_512<1>(panel, pairs, xb, ldxb, y, ldy, nr, first, last, g);
     case 2: return micro_512<2>(panel, pairs, xb, ldxb, y, ldy, nr, first, last, g);
@@ -322,11 +336,16 @@ SLM_A16_512 inline void micro_512_any(std::size_t T, const std::uint32_t* panel,
     default: return micro_512<6>(panel, pairs, xb, ldxb, y, ldy, nr, first, last, g);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Rows [r0, r1) for all tokens. xb: n_tok rows of ldxb bf16 (ldxb even, zero past K).
-SLM_A16_512 inline void gemm_rows_512(const weight_matrix& w, const std::uint16_t* xb, std::size_t ldxb,
-                                      std::size_t n_tok, float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
-                                      std::uint32_t* panel, std::uint32_t* tmp) noexcept {
+SLM_A16_512 void gemm_rows_512(const weight_matrix& w, const std::uint16_t* xb, std::size_t ldxb,
+                               std::size_t n_tok, float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
+                               std::uint32_t* panel, std::uint32_t* tmp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_A16_512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const std::uint16_t* xb, std::size_t ldxb,
+                                          std::size_t n_tok, float* y, std::size_t ldy, std::size_t r0, std::size_t r1,
+                                          std::uint32_t* panel, std::uint32_t* tmp) noexcept {
   const std::size_t K = w.cols;
   const float g = w.global;
   for (std::size_t rb = r0; rb < r1; rb += gemm_pr) {
@@ -340,6 +359,7 @@ SLM_A16_512 inline void gemm_rows_512(const weight_matrix& w, const std::uint16_
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -362,8 +382,9 @@ inline bool bf16_activations_accelerated(isa which = isa::best) noexcept {
 // Y = X W^T with X rounded to bf16 (see the file comment). Same arguments, errors and
 // guarantees as matmul(); formats other than nvfp4 / mxfp4 / bf16 run matmul().
 // (Declared, with its default isa, in matmul.hpp.)
-inline status matmul_bf16_activations(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
-                                      float* y, std::size_t ldy, executor_ref ex, isa which) {
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status matmul_bf16_activations(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx,
+                                          float* y, std::size_t ldy, executor_ref ex, isa which) {
   namespace mm = detail::mm;
   namespace ab = detail::a16;
   if (!ab::has_kernels(w.format)) return matmul(w, x, n_tok, ldx, y, ldy, ex, which);
@@ -457,5 +478,6 @@ inline status matmul_bf16_activations(const weight_matrix& w, const float* x, st
   return ok_status();
 #endif
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

@@ -285,7 +285,9 @@ template <int R> struct fp8_k { static void run(const weight_matrix& w, std::siz
 
 // Columns [k0, k0 + n) of row r as element x factor (natural order): the values of
 // decode_scalar, bit for bit.
-inline void decode_row(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept {
+void decode_row(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void decode_row(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n, float* out) noexcept {
   const std::byte* row = w.data + r * w.row_stride;
   std::size_t k = k0;
   const std::size_t end = k0 + n;
@@ -362,6 +364,7 @@ inline void decode_row(const weight_matrix& w, std::size_t r, std::size_t k0, st
   }
   if (k < end) decode_scalar(w, r, k, end - k, out + (k - k0));
 }
+#endif  // SLM_DEFINE_KERNELS
 
 inline constexpr std::size_t gemm_pr = 16, gemm_tt = 4;
 
@@ -422,8 +425,11 @@ void micro(const float* panel, std::size_t kc, const float* x, std::size_t ldx, 
   }
 }
 
-inline void micro_any(std::size_t T, const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
-                      std::size_t ldy, std::size_t nr, bool first) noexcept {
+void micro_any(std::size_t T, const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
+               std::size_t ldy, std::size_t nr, bool first) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void micro_any(std::size_t T, const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
+                          std::size_t ldy, std::size_t nr, bool first) noexcept {
   switch (T) {
     case 1: return micro<1>(panel, kc, x, ldx, y, ldy, nr, first);
     case 2: return micro<2>(panel, kc, x, ldx, y, ldy, nr, first);
@@ -431,10 +437,12 @@ inline void micro_any(std::size_t T, const float* panel, std::size_t kc, const f
     default: return micro<4>(panel, kc, x, ldx, y, ldy, nr, first);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace neon
 
-inline gemv_kernels find_gemv_neon(weight_format f) noexcept {
+#if SLM_DEFINE_KERNELS
+SLM_INLINE gemv_kernels find_gemv_neon(weight_format f) noexcept {
   switch (f) {
     case weight_format::nvfp4: return make_gemv<neon::fp4_k<true>::k>(false);
     case weight_format::mxfp4: return make_gemv<neon::fp4_k<false>::k>(false);
@@ -445,11 +453,13 @@ inline gemv_kernels find_gemv_neon(weight_format f) noexcept {
   }
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Rows [r0, r1) of Y for n_tok tokens through 16-row panels. panel: 16 x gemm_kc floats,
 // tmp: gemm_kc floats (matmul() provides more).
-inline void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                           std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept {
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                               std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept {
   constexpr std::size_t PR = neon::gemm_pr, TT = neon::gemm_tt;
   const std::size_t K = w.cols;
   for (std::size_t rb = r0; rb < r1; rb += PR) {
@@ -467,6 +477,7 @@ inline void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm::detail::mm
 

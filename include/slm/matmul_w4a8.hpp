@@ -102,7 +102,9 @@ struct qrow {
   std::int32_t* nc;
 };
 
-inline void quantize_scalar(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept {
+void quantize_scalar(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void quantize_scalar(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept {
   for (std::size_t b = 0; b < K; b += qb) {
     float amax = 0.0f;
     bool bad = false;
@@ -126,11 +128,15 @@ inline void quantize_scalar(const float* x, std::size_t K, std::size_t qb, qrow 
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // y[t, r] for rows [r0, r1): the definition above, segments in order. qx holds n_tok
 // rows of K (q) and K/16 (h) values.
-inline void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h, std::size_t n_tok,
-                           float* y, std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
+void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h, std::size_t n_tok,
+                    float* y, std::size_t ldy, std::size_t r0, std::size_t r1) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h, std::size_t n_tok,
+                               float* y, std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
   const std::size_t K = w.cols, S = K / seg;
   for (std::size_t r = r0; r < r1; ++r) {
     const std::byte* row = w.data + r * w.row_stride;
@@ -150,11 +156,14 @@ inline void reference_rows(const weight_matrix& w, const std::int8_t* q, const f
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // GEMV lane order: per 256-column group g, qp[256g + 64c + 4i + m] = q[256g + 16i +
 // 8(c/2) + 2m + c%2] (c = 0..3: low/high nibbles of the segment's first/second code
 // dword; i = segment; m = byte in the dword). Columns past the last group unchanged.
-inline void permute_gemv(const std::int8_t* q, std::size_t K, std::int8_t* qp) noexcept {
+void permute_gemv(const std::int8_t* q, std::size_t K, std::int8_t* qp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void permute_gemv(const std::int8_t* q, std::size_t K, std::int8_t* qp) noexcept {
   const std::size_t G = K / group;
   for (std::size_t g = 0; g < G; ++g)
     for (std::size_t c = 0; c < 4; ++c)
@@ -163,6 +172,7 @@ inline void permute_gemv(const std::int8_t* q, std::size_t K, std::int8_t* qp) n
           qp[group * g + 64 * c + 4 * i + m] = q[group * g + 16 * i + 8 * (c / 2) + 2 * m + (c % 2)];
   if (G * group < K) std::memcpy(qp + G * group, q + G * group, K - G * group);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 #ifdef SLM_X86
 #if defined(__GNUC__) && !defined(__clang__)
@@ -184,7 +194,9 @@ SLM_W4A8_512 inline float hmax_512(__m512 v) noexcept {
 }
 
 // Same values as quantize_scalar (qb = 16 or 32).
-SLM_W4A8_512 inline void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept {
+SLM_W4A8_512 void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept {
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
@@ -218,6 +230,7 @@ SLM_W4A8_512 inline void quantize_512(const float* x, std::size_t K, std::size_t
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // 16 segment factors f_s (block_factor values) for segments 16g .. 16g+15.
 template <bool NV>
@@ -324,8 +337,11 @@ SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int
 // Decodes rows [rb, rb + nr) x columns [k0, k0 + kc) into the panel: byte
 // panel[128 j + 4 i + m] = u(row rb + i, column k0 + 4 j + m); rows past nr are zero. Factors:
 // fp[32 s + i] = f(row rb + i, segment k0/16 + s).
-SLM_W4A8_512 inline void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
-                                          std::size_t kc, std::uint8_t* panel, float* fp) noexcept {
+SLM_W4A8_512 void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
+                                   std::size_t kc, std::uint8_t* panel, float* fp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_W4A8_512 SLM_INLINE void decode_panel_512(const weight_matrix& w, std::size_t rb, std::size_t nr, std::size_t k0,
+                                              std::size_t kc, std::uint8_t* panel, float* fp) noexcept {
   const __m512i tbl = utable_512();
   const __m512i lo = _mm512_set1_epi16(0x000F), hi = _mm512_set1_epi16(0x0F00);
   alignas(64) std::uint8_t tmp[gemm_kc];
@@ -352,6 +368,7 @@ SLM_W4A8_512 inline void decode_panel_512(const weight_matrix& w, std::size_t rb
     for (std::size_t s = 0; s < kc / seg; ++s) fp[32 * s + i] = mm::block_factor(w, r, k0 + seg * s);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // T tokens x 32 rows over ns segments of a panel. q, h, nc point at token 0's column
 // k0 / segment k0/16; token t is K (q) or S (h, nc) further. y: token 0's row rb.
@@ -404,9 +421,13 @@ SLM_W4A8_512 void micro_512(const std::uint8_t* panel, const float* fp, std::siz
   }
 }
 
-SLM_W4A8_512 inline void micro_512_any(std::size_t T, const std::uint8_t* panel, const float* fp, std::size_t ns,
-                                       const std::int8_t* q, const float* h, const std::int32_t* nc, std::size_t K,
-                                       std::size_t S, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
+SLM_W4A8_512 void micro_512_any(std::size_t T, const std::uint8_t* panel, const float* fp, std::size_t ns,
+                                const std::int8_t* q, const float* h, const std::int32_t* nc, std::size_t K,
+                                std::size_t S, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_W4A8_512 SLM_INLINE void micro_512_any(std::size_t T, const std::uint8_t* panel, const float* fp, std::size_t ns,
+                                           const std::int8_t* q, const float* h, const std::int32_t* nc, std::size_t K,
+                                           std::size_t S, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept {
   switch (T) {
     case 1: return micro_512<1>(panel, fp, ns, q, h, nc, K, S, y, ldy, nr, first);
     case 2: return micro_512<2>(panel, fp, ns, q, h, nc, K, S, y, ldy, nr, first);
@@ -416,12 +437,17 @@ SLM_W4A8_512 inline void micro_512_any(std::size_t T, const std::uint8_t* panel,
     default: return micro_512<6>(panel, fp, ns, q, h, nc, K, S, y, ldy, nr, first);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Rows [r0, r1) for all tokens. panel: gemm_pr x gemm_kc bytes (64-aligned); fp:
 // gemm_pr x gemm_kc / 16 floats (64-aligned).
-SLM_W4A8_512 inline void gemm_rows_512(const weight_matrix& w, const std::int8_t* q, const float* h,
-                                       const std::int32_t* nc, std::size_t n_tok, float* y, std::size_t ldy,
-                                       std::size_t r0, std::size_t r1, std::uint8_t* panel, float* fp) noexcept {
+SLM_W4A8_512 void gemm_rows_512(const weight_matrix& w, const std::int8_t* q, const float* h,
+                                const std::int32_t* nc, std::size_t n_tok, float* y, std::size_t ldy,
+                                std::size_t r0, std::size_t r1, std::uint8_t* panel, float* fp) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_W4A8_512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const std::int8_t* q, const float* h,
+                                           const std::int32_t* nc, std::size_t n_tok, float* y, std::size_t ldy,
+                                           std::size_t r0, std::size_t r1, std::uint8_t* panel, float* fp) noexcept {
   const std::size_t K = w.cols, S = K / seg;
   for (std::size_t rb = r0; rb < r1; rb += gemm_pr) {
     const std::size_t nr = std::min(gemm_pr, r1 - rb);
@@ -434,6 +460,7 @@ SLM_W4A8_512 inline void gemm_rows_512(const weight_matrix& w, const std::int8_t
     }
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
@@ -456,8 +483,9 @@ inline bool w4a8_accelerated(isa which = isa::best) noexcept {
 // Y = X W^T with X quantized to int8 per block (see the file comment). Same arguments,
 // errors and guarantees as matmul(); nvfp4 / mxfp4 only, other formats run matmul().
 // (Declared, with its default isa, in matmul.hpp.)
-inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                          std::size_t ldy, executor_ref ex, isa which) {
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
+                              std::size_t ldy, executor_ref ex, isa which) {
   namespace mm = detail::mm;
   namespace wq = detail::w4a8;
   if (w.format != weight_format::nvfp4 && w.format != weight_format::mxfp4)
@@ -557,5 +585,6 @@ inline status matmul_w4a8(const weight_matrix& w, const float* x, std::size_t n_
   return ok_status();
 #endif
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

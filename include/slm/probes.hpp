@@ -45,7 +45,9 @@ inline double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // Bytes/s of a parallel streaming read over `bytes` bytes.
-inline double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes = 4) {
+double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes = 4);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes) {
   auto buf = aligned_buffer::allocate(bytes, 4096);
   if (!buf.ok()) return 0;
   const std::size_t words = bytes / 8;
@@ -76,6 +78,7 @@ inline double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passe
   for (auto v : sink) keep = keep + v;
   return best;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 namespace detail {
 
@@ -86,7 +89,9 @@ namespace detail {
 constexpr int probe_chains = 12;  // > FMA latency x issue width on current x86 cores
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx512f"))) inline float fma_chains_avx512(std::size_t steps) noexcept {
+__attribute__((target("avx512f"))) float fma_chains_avx512(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx512f"))) SLM_INLINE float fma_chains_avx512(std::size_t steps) noexcept {
   __m512 acc[probe_chains];
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
@@ -100,7 +105,10 @@ __attribute__((target("avx512f"))) inline float fma_chains_avx512(std::size_t st
   }
   return s;
 }
-__attribute__((target("avx2,fma"))) inline float fma_chains_avx2(std::size_t steps) noexcept {
+#endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx2,fma"))) SLM_INLINE float fma_chains_avx2(std::size_t steps) noexcept {
   __m256 acc[probe_chains];
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
@@ -114,7 +122,10 @@ __attribute__((target("avx2,fma"))) inline float fma_chains_avx2(std::size_t ste
   }
   return s;
 }
-__attribute__((target("avx512f,avx512bf16"))) inline float bf16_dot_chains_avx512(std::size_t steps) noexcept {
+#endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains_avx512(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512bf16"))) SLM_INLINE float bf16_dot_chains_avx512(std::size_t steps) noexcept {
   __m512 acc[probe_chains];
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m512i one = _mm512_set1_epi32(0x3F803F80);  // bf16 pairs (1, 1)
@@ -129,9 +140,12 @@ __attribute__((target("avx512f,avx512bf16"))) inline float bf16_dot_chains_avx51
   }
   return s;
 }
+#endif  // SLM_DEFINE_KERNELS
 #endif
 
-inline float fma_chains_scalar(std::size_t steps) noexcept {
+float fma_chains_scalar(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE float fma_chains_scalar(std::size_t steps) noexcept {
   float acc[probe_chains];
   for (int j = 0; j < probe_chains; ++j) acc[j] = 0.5f + 0.01f * static_cast<float>(j);
   for (std::size_t i = 0; i < steps; ++i)
@@ -140,12 +154,15 @@ inline float fma_chains_scalar(std::size_t steps) noexcept {
   for (float v : acc) s += v;
   return s;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace detail
 
 // FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread, with the
 // widest FMA this CPU has (AVX-512, else AVX2+FMA, else scalar).
-inline double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000) {
+double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_fma_f32(executor_ref ex, std::size_t elements) {
   const cpu_features& cpu = host_cpu();
   std::size_t lanes = 1;
   float (*body)(std::size_t) noexcept = detail::fma_chains_scalar;
@@ -169,10 +186,13 @@ inline double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000) 
   for (float v : sink) keep = keep + v;
   return best;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // FLOP/s (64 per vdpbf16ps) of independent bf16 dot chains on every thread; 0 without
 // AVX512_BF16.
-inline double probe_dot_bf16(executor_ref ex, std::size_t products = 160'000'000) {
+double probe_dot_bf16(executor_ref ex, std::size_t products = 160'000'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   const cpu_features& cpu = host_cpu();
   if (!cpu.avx512bf16) return 0;
@@ -195,9 +215,12 @@ inline double probe_dot_bf16(executor_ref ex, std::size_t products = 160'000'000
   return 0;
 #endif
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // All probes on the executor's threads, read bandwidth over `probe_bytes`.
-inline probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30) {
+probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes) {
   probe_result r;
   r.threads = ex.concurrency();
   r.probe_bytes = probe_bytes;
@@ -206,5 +229,6 @@ inline probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = st
   r.bf16_flops_per_s = probe_dot_bf16(ex);
   return r;
 }
+#endif  // SLM_DEFINE_KERNELS
 
 }  // namespace slm

@@ -99,8 +99,11 @@ inline std::uint8_t e2m1_signed(float t, bool negative) noexcept {
 
 // Checks shared by the tensor functions: N x K matches the input, K fits the block, and
 // each output holds what will be written.
-inline status check_tensor(std::string_view what, std::size_t in_size, std::size_t rows, std::size_t cols,
-                           std::size_t block) {
+status check_tensor(std::string_view what, std::size_t in_size, std::size_t rows, std::size_t cols,
+                    std::size_t block);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status check_tensor(std::string_view what, std::size_t in_size, std::size_t rows, std::size_t cols,
+                               std::size_t block) {
   if (cols != 0 && rows > std::numeric_limits<std::size_t>::max() / cols)
     return make_error(errc::out_of_range, what, ": ", rows, " x ", cols, " overflows");
   if (in_size != rows * cols)
@@ -110,6 +113,7 @@ inline status check_tensor(std::string_view what, std::size_t in_size, std::size
     return make_error(errc::invalid_argument, what, ": K = ", cols, " is not a multiple of the block size ", block);
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 inline status check_output(std::string_view what, std::string_view name, std::size_t have, std::size_t need) {
   if (have < need)
@@ -118,7 +122,9 @@ inline status check_output(std::string_view what, std::string_view name, std::si
 }
 
 // A single row: K fits the block, every value finite.
-inline status check_row(std::string_view what, std::span<const float> row, std::size_t block) {
+status check_row(std::string_view what, std::span<const float> row, std::size_t block);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status check_row(std::string_view what, std::span<const float> row, std::size_t block) {
   SLM_TRY(check_tensor(what, row.size(), 1, row.size(), block));
   const abs_max_scan s = scan_abs_max(row.data(), row.size(), 0);
   if (s.first_bad != no_index)
@@ -126,6 +132,7 @@ inline status check_row(std::string_view what, std::span<const float> row, std::
                       "; quantizing needs finite inputs");
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Rows per task: at least ~16K elements, so small tensors stay on one thread.
 constexpr std::size_t row_grain(std::size_t cols) noexcept {
@@ -211,8 +218,11 @@ inline std::uint8_t nvfp4_block_scale(float block_amax, float weight_scale_2) no
 namespace detail {
 // One row: K/16 blocks. Preconditions: K % 16 == 0, outputs sized; g finite >= 0.
 // Returns false if g == 0 while the row holds a non-zero value.
-inline bool nvfp4_row_modelopt(const float* x, std::size_t K, float g, std::uint8_t* codes,
-                               std::uint8_t* scales) noexcept {
+bool nvfp4_row_modelopt(const float* x, std::size_t K, float g, std::uint8_t* codes,
+                        std::uint8_t* scales) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE bool nvfp4_row_modelopt(const float* x, std::size_t K, float g, std::uint8_t* codes,
+                                   std::uint8_t* scales) noexcept {
   bool ok = true;
   for (std::size_t b = 0; b < K / 16; ++b) {
     const float* xb = x + 16 * b;
@@ -232,13 +242,17 @@ inline bool nvfp4_row_modelopt(const float* x, std::size_t K, float g, std::uint
   }
   return ok;
 }
+#endif  // SLM_DEFINE_KERNELS
 }  // namespace detail
 
 // One row of K values (K % 16 == 0) with a given weight_scale_2: writes K/2 code bytes
 // and K/16 scale bytes. Use this to stream a tensor that is not f32, with
 // weight_scale_2 = nvfp4_weight_scale_2(max |W| over the whole tensor).
-inline status quantize_nvfp4_row(std::span<const float> row, float weight_scale_2, std::span<std::uint8_t> codes,
-                                 std::span<std::uint8_t> scales) {
+status quantize_nvfp4_row(std::span<const float> row, float weight_scale_2, std::span<std::uint8_t> codes,
+                          std::span<std::uint8_t> scales);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status quantize_nvfp4_row(std::span<const float> row, float weight_scale_2, std::span<std::uint8_t> codes,
+                                     std::span<std::uint8_t> scales) {
   constexpr std::string_view what = "quantize_nvfp4_row";
   SLM_TRY(detail::check_row(what, row, 16));
   SLM_TRY(detail::check_global(what, "weight_scale_2", weight_scale_2));
@@ -249,6 +263,7 @@ inline status quantize_nvfp4_row(std::span<const float> row, float weight_scale_
                       " is too small for a non-zero block of this row");
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // A row-major N x K f32 tensor: codes [N, K/2], scales [N, K/16]; returns weight_scale_2.
 template <class E = serial_executor>
@@ -332,8 +347,11 @@ inline std::uint8_t nvfp4_block_scale_compressed_tensors(float block_amax, float
 }
 
 namespace detail {
-inline bool nvfp4_row_compressed_tensors(const float* x, std::size_t K, float g, std::uint8_t* codes,
-                                         std::uint8_t* scales) noexcept {
+bool nvfp4_row_compressed_tensors(const float* x, std::size_t K, float g, std::uint8_t* codes,
+                                  std::uint8_t* scales) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE bool nvfp4_row_compressed_tensors(const float* x, std::size_t K, float g, std::uint8_t* codes,
+                                             std::uint8_t* scales) noexcept {
   bool ok = true;
   for (std::size_t b = 0; b < K / 16; ++b) {
     const float* xb = x + 16 * b;
@@ -354,11 +372,15 @@ inline bool nvfp4_row_compressed_tensors(const float* x, std::size_t K, float g,
   }
   return ok;
 }
+#endif  // SLM_DEFINE_KERNELS
 }  // namespace detail
 
 // One row with a given divisor g = nvfp4_global_scale_compressed_tensors(tensor amax).
-inline status quantize_nvfp4_row_compressed_tensors(std::span<const float> row, float global_scale,
-                                                    std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
+status quantize_nvfp4_row_compressed_tensors(std::span<const float> row, float global_scale,
+                                             std::span<std::uint8_t> codes, std::span<std::uint8_t> scales);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status quantize_nvfp4_row_compressed_tensors(std::span<const float> row, float global_scale,
+                                                        std::span<std::uint8_t> codes, std::span<std::uint8_t> scales) {
   constexpr std::string_view what = "quantize_nvfp4_row_compressed_tensors";
   SLM_TRY(detail::check_row(what, row, 16));
   if (!(global_scale > 0.0f))
@@ -370,6 +392,7 @@ inline status quantize_nvfp4_row_compressed_tensors(std::span<const float> row, 
                       " is too large for a non-zero block of this row");
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // A row-major N x K f32 tensor; returns the divisor weight_global_scale.
 template <class E = serial_executor>
@@ -485,8 +508,11 @@ constexpr std::uint8_t mxfp4_block_scale(float block_amax, mxfp4_scale_rule rule
 }
 
 namespace detail {
-inline void mxfp4_row(const float* x, std::size_t K, mxfp4_scale_rule rule, std::uint8_t* codes,
-                      std::uint8_t* scales) noexcept {
+void mxfp4_row(const float* x, std::size_t K, mxfp4_scale_rule rule, std::uint8_t* codes,
+               std::uint8_t* scales) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE void mxfp4_row(const float* x, std::size_t K, mxfp4_scale_rule rule, std::uint8_t* codes,
+                          std::uint8_t* scales) noexcept {
   for (std::size_t b = 0; b < K / 32; ++b) {
     const float* xb = x + 32 * b;
     const std::uint8_t sc = mxfp4_block_scale(block_abs_max(xb, 32), rule);
@@ -498,10 +524,14 @@ inline void mxfp4_row(const float* x, std::size_t K, mxfp4_scale_rule rule, std:
       codes[16 * b + i / 2] = fp4_pack(f32_to_e2m1(xb[i] / X), f32_to_e2m1(xb[i + 1] / X));
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 }  // namespace detail
 
-inline status quantize_mxfp4_row(std::span<const float> row, mxfp4_scale_rule rule, std::span<std::uint8_t> codes,
-                                 std::span<std::uint8_t> scales) {
+status quantize_mxfp4_row(std::span<const float> row, mxfp4_scale_rule rule, std::span<std::uint8_t> codes,
+                          std::span<std::uint8_t> scales);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status quantize_mxfp4_row(std::span<const float> row, mxfp4_scale_rule rule, std::span<std::uint8_t> codes,
+                                     std::span<std::uint8_t> scales) {
   constexpr std::string_view what = "quantize_mxfp4_row";
   SLM_TRY(detail::check_row(what, row, 32));
   SLM_TRY(detail::check_output(what, "codes", codes.size(), row.size() / 2));
@@ -509,6 +539,7 @@ inline status quantize_mxfp4_row(std::span<const float> row, mxfp4_scale_rule ru
   detail::mxfp4_row(row.data(), row.size(), rule, codes.data(), scales.data());
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // A row-major N x K f32 tensor: codes [N, K/2], scales [N, K/32] (E8M0 bytes).
 template <class E = serial_executor>
@@ -565,7 +596,9 @@ result<mxfp4_quantized> quantize_mxfp4(std::span<const float> w, std::size_t row
 
 constexpr float fp8_scale(float amax) noexcept { return amax / e4m3_max_value; }
 
-inline status quantize_fp8_row(std::span<const float> row, float scale, std::span<std::uint8_t> codes) {
+status quantize_fp8_row(std::span<const float> row, float scale, std::span<std::uint8_t> codes);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status quantize_fp8_row(std::span<const float> row, float scale, std::span<std::uint8_t> codes) {
   constexpr std::string_view what = "quantize_fp8_row";
   SLM_TRY(detail::check_row(what, row, 1));
   SLM_TRY(detail::check_global(what, "scale", scale));
@@ -577,6 +610,7 @@ inline status quantize_fp8_row(std::span<const float> row, float scale, std::spa
   }
   return {};
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // A row-major N x K f32 tensor: codes [N, K]; returns the scale (a multiplier).
 template <class E = serial_executor>
