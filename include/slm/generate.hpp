@@ -319,8 +319,13 @@ class generator {
 // middle): <fim_prefix> prefix <fim_suffix> suffix <fim_middle>, with the tokenizer's own
 // FIM tokens; SPM order puts the suffix first. An error when the tokenizer has no FIM tokens.
 enum class fim_order : std::uint8_t { psm, spm };
-inline result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
-                                                    fim_order order = fim_order::psm, bool bos = false) {
+result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
+                                             fim_order order = fim_order::psm, bool bos = false);
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
+                                                        fim_order order, bool bos) {
   const special_token_ids& sp = tok.specials();
   if (sp.fim_prefix < 0 || sp.fim_middle < 0 || sp.fim_suffix < 0)
     return make_error(errc::unsupported, "fill-in-the-middle: the tokenizer has no FIM prefix/suffix/middle tokens");
@@ -345,5 +350,7 @@ inline result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::s
   }
   return ids;
 }
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

@@ -34,7 +34,20 @@
 namespace slm::nam56r_text {
 
 // (b) [ \t]+ -> "<SPACE>", [\r\n]+ -> "<NL>", everything else unchanged.
-inline std::string to_sentinels(std::string_view text) {
+std::string to_sentinels(std::string_view text);
+
+// (b) Concatenates the tokens' texts, <SPACE> -> " ", <NL> -> "\n"; other special
+// tokens are left out when skip_special.
+result<std::string> decode_sentinels(const tokenizer& tok, std::span<const std::int32_t> ids, bool skip_special = true);
+
+// (a) nanochat-style spacing of the tokens' texts (see the top of the file). Special
+// tokens are left out when skip_special.
+result<std::string> decode_cpp_heuristic(const tokenizer& tok, std::span<const std::int32_t> ids,
+                                         bool skip_special = true);
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE std::string to_sentinels(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
@@ -53,9 +66,7 @@ inline std::string to_sentinels(std::string_view text) {
   return out;
 }
 
-// (b) Concatenates the tokens' texts, <SPACE> -> " ", <NL> -> "\n"; other special
-// tokens are left out when skip_special.
-inline result<std::string> decode_sentinels(const tokenizer& tok, std::span<const std::int32_t> ids, bool skip_special = true) {
+SLM_INLINE result<std::string> decode_sentinels(const tokenizer& tok, std::span<const std::int32_t> ids, bool skip_special) {
   std::string out;
   for (std::size_t i = 0; i < ids.size(); ++i) {
     const std::int32_t id = ids[i];
@@ -88,10 +99,8 @@ inline bool is_binary_operator(std::string_view t) {
 }
 }  // namespace detail
 
-// (a) nanochat-style spacing of the tokens' texts (see the top of the file). Special
-// tokens are left out when skip_special.
-inline result<std::string> decode_cpp_heuristic(const tokenizer& tok, std::span<const std::int32_t> ids,
-                                                bool skip_special = true) {
+SLM_INLINE result<std::string> decode_cpp_heuristic(const tokenizer& tok, std::span<const std::int32_t> ids,
+                                                    bool skip_special) {
   using namespace detail;
   std::string out;
   std::string_view prev;
@@ -129,5 +138,7 @@ inline result<std::string> decode_cpp_heuristic(const tokenizer& tok, std::span<
   }
   return out;
 }
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm::nam56r_text

@@ -57,6 +57,14 @@
 namespace slm {
 
 namespace regex_detail {
+// What class regex names in its declarations; defined with the engine below.
+struct program;
+enum class assertion : std::uint8_t;
+}  // namespace regex_detail
+
+#if SLM_DEFINE_TEXT
+
+namespace regex_detail {
 
 using unicode::category;
 
@@ -1473,60 +1481,14 @@ class frame_stack {
 
 }  // namespace regex_detail
 
+#endif  // SLM_DEFINE_TEXT
+
 class regex {
  public:
-  static result<regex> compile(std::string_view pattern) {
-    using namespace regex_detail;
-    if (pattern.size() > 65536) return make_error(errc::out_of_range, "regex: pattern longer than 65536 bytes");
-    parser ps(pattern);
-    auto tree = ps.parse();
-    if (!tree.ok()) return std::move(tree).take_error();
-    regex r;
-    r.pattern_ = std::string(pattern);
-    auto p = std::make_shared<program>();
-    compiler cc(*p, ps.classes);
-    const first_info f = cc.first(**tree);
-    p->first = f.bytes;
-    p->nullable = f.nullable;
-    if (auto s = cc.emit(**tree); !s.ok()) return s.with_context(cat("pattern '", pattern.substr(0, 200), "'"));
-    p->code.push_back({op::match});
-    if (auto fast = std::make_unique<fast_program>(); fast_builder(*fast, ps.classes, cc).build(**tree))
-      p->fast = std::move(fast);
-    p->classes = std::move(ps.classes);
-    for (auto& c : cc.extra_) p->classes.push_back(std::move(c));
-    r.prog_ = std::move(p);
-    return r;
-  }
+  static result<regex> compile(std::string_view pattern);
 
   // Leftmost match starting at or after `from`: [begin, end) in bytes.
-  bool search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {
-    if (!prog_ || from > text.size()) return false;
-    const regex_detail::program& p = *prog_;
-    std::size_t budget = (std::size_t{1} << 27) + 4096 * (text.size() - from);
-    if (p.fast) {
-      std::size_t b = 0, e = 0;
-      const auto r = regex_detail::fast_search(*p.fast, text, from, budget, b, e);
-      if (r == regex_detail::fast_result::match) { begin = b; end = e; return true; }
-      if (r == regex_detail::fast_result::no_match) return false;  // give_up: the general engine decides
-    }
-    std::vector<std::size_t> regs(p.registers, SIZE_MAX);
-    for (std::size_t pos = from;;) {
-      if (pos < text.size()) {
-        if (p.nullable || regex_detail::has_byte(p.first, static_cast<unsigned char>(text[pos]))) {
-          std::size_t e = 0;
-          if (run(text, 0, pos, e, budget, regs, 0)) { begin = pos; end = e; return true; }
-          if (budget == 0) return false;
-        }
-        std::size_t len = 1;
-        if (static_cast<unsigned char>(text[pos]) >= 0x80) unicode::decode(text, pos, len);
-        pos += len;
-      } else {
-        std::size_t e = 0;
-        if (p.nullable && run(text, 0, pos, e, budget, regs, 0)) { begin = pos; end = e; return true; }
-        return false;
-      }
-    }
-  }
+  bool search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const;
 
   const std::string& pattern() const noexcept { return pattern_; }
 
@@ -1534,195 +1496,262 @@ class regex {
   std::string pattern_;
   std::shared_ptr<const regex_detail::program> prog_;  // immutable, shared by copies
 
-  static char32_t unit(std::string_view t, std::size_t pos, std::size_t& len) noexcept {
-    return regex_detail::unit_at(t, pos, len);
-  }
-  static std::size_t back_step(std::string_view t, std::size_t pos, std::size_t lowest) noexcept {
-    return regex_detail::back_step(t, pos, lowest);
-  }
-  static bool is_word_at(std::string_view t, std::size_t pos) noexcept {
-    std::size_t len = 0;
-    return pos < t.size() && unicode::is_word(unit(t, pos, len));
-  }
+  static char32_t unit(std::string_view t, std::size_t pos, std::size_t& len) noexcept;
+  static std::size_t back_step(std::string_view t, std::size_t pos, std::size_t lowest) noexcept;
+  static bool is_word_at(std::string_view t, std::size_t pos) noexcept;
 
-  bool check(regex_detail::assertion a, std::string_view t, std::size_t pos) const noexcept {
-    using regex_detail::assertion;
-    switch (a) {
-      case assertion::bol: return pos == 0 || t[pos - 1] == '\n';
-      case assertion::eol: return pos == t.size() || t[pos] == '\n';
-      case assertion::bot: return pos == 0;
-      case assertion::eot: return pos == t.size();
-      case assertion::eot_nl: return pos == t.size() || (pos + 1 == t.size() && t[pos] == '\n');
-      case assertion::word_b: case assertion::not_word_b: {
-        const bool before = pos > 0 && is_word_at(t, back_step(t, pos, 0));
-        const bool after = is_word_at(t, pos);
-        return (before != after) == (a == assertion::word_b);
-      }
-    }
-    return false;
-  }
+  bool check(regex_detail::assertion a, std::string_view t, std::size_t pos) const noexcept;
 
   // Runs the program from pc at pos; on success end = the match end. Recurses only for
   // lookahead / atomic groups (bounded by the pattern's nesting).
   bool run(std::string_view t, std::uint32_t pc, std::size_t pos, std::size_t& end, std::size_t& budget,
-           std::vector<std::size_t>& regs, int depth) const {
-    using namespace regex_detail;
-    const program& p = *prog_;
-    const std::size_t n = t.size();
-    frame_stack stack;
-    for (;;) {
-      bool fail = false;
-      if (budget == 0) return false;
-      --budget;
-      const inst& in = p.code[pc];
-      switch (in.code) {
-        case op::match: end = pos; return true;
-        case op::literal: {
-          if (n - pos < in.b || std::memcmp(t.data() + pos, p.literals.data() + in.a, in.b) != 0) { fail = true; break; }
-          pos += in.b;
-          ++pc;
-          break;
-        }
-        case op::cls: {
-          if (pos >= n) { fail = true; break; }
-          std::size_t len = 0;
-          if (!p.classes[in.a].contains(unit(t, pos, len))) { fail = true; break; }
-          pos += len;
-          ++pc;
-          break;
-        }
-        case op::repeat: {
-          const char_class& c = p.classes[in.a];
-          const std::uint32_t mn = in.b, mx = in.c;
-          const auto mode = static_cast<repeat_mode>(in.d);
-          std::size_t count = 0, q = pos;
-          const std::uint32_t want = mode == repeat_mode::lazy ? mn : mx;
-          while (count < want && q < n) {
-            const auto b = static_cast<unsigned char>(t[q]);
-            if (b < 0x80) {
-              if (!(c.ascii[b >> 6] >> (b & 63) & 1u)) break;
-              ++q;
-            } else {
-              std::size_t len = 0;
-              if (!c.contains(unicode::decode(t, q, len))) break;
-              q += len;
-            }
-            ++count;
-          }
-          if (budget > count / 8) budget -= count / 8; else budget = 0;
-          if (count < mn) { fail = true; break; }
-          if (mode == repeat_mode::greedy && count > mn) {
-            // one resumable entry: gives back one unit per retry, down to min
-            std::size_t low = pos;
-            if (mn) {  // position after the first mn units
-              for (std::uint32_t k = 0; k < mn; ++k) {
-                std::size_t len = 0;
-                unit(t, low, len);
-                low += len;
-              }
-            }
-            stack.push({frame_kind::greedy, pc + 1, q, low});
-          } else if (mode == repeat_mode::lazy && (mx == no_max || count < mx)) {
-            stack.push({frame_kind::lazy, pc, q, count});
-          }
-          pos = q;
-          ++pc;
-          break;
-        }
-        case op::alt: {
-          const alt_table& a = p.alts[in.a];
-          const std::uint64_t possible = a.possible[pos < n ? static_cast<unsigned char>(t[pos]) : 256];
-          if (!possible) { fail = true; break; }
-          const unsigned k = static_cast<unsigned>(std::countr_zero(possible));
-          const std::uint64_t rest = possible & ~((std::uint64_t{2} << k) - 1);
-          if (rest) stack.push({frame_kind::alt, pc, pos, static_cast<std::size_t>(std::countr_zero(rest))});
-          pc = a.targets[k];
-          break;
-        }
-        case op::jmp: pc = in.a; break;
-        case op::split:
-          stack.push({frame_kind::resume, in.b, pos, 0});
-          pc = in.a;
-          break;
-        case op::save_pos:
-          stack.push({frame_kind::restore, in.a, regs[in.a], 0});
-          regs[in.a] = pos;
-          ++pc;
-          break;
-        case op::check_progress:
-          pc = regs[in.a] == pos ? in.b : pc + 1;
-          break;
-        case op::look: case op::atomic: {
-          if (depth > 250) { budget = 0; return false; }
-          std::size_t e = 0;
-          const bool ok = run(t, in.a, pos, e, budget, regs, depth + 1);
-          if (budget == 0) return false;
-          if (in.code == op::look) {
-            if (ok == (in.b != 0)) { fail = true; break; }
-          } else {
-            if (!ok) { fail = true; break; }
-            pos = e;
-          }
-          pc = in.c;
-          break;
-        }
-        case op::assert_:
-          if (!check(static_cast<assertion>(in.a), t, pos)) { fail = true; break; }
-          ++pc;
-          break;
+           std::vector<std::size_t>& regs, int depth) const;
+};
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE result<regex> regex::compile(std::string_view pattern) {
+  using namespace regex_detail;
+  if (pattern.size() > 65536) return make_error(errc::out_of_range, "regex: pattern longer than 65536 bytes");
+  parser ps(pattern);
+  auto tree = ps.parse();
+  if (!tree.ok()) return std::move(tree).take_error();
+  regex r;
+  r.pattern_ = std::string(pattern);
+  auto p = std::make_shared<program>();
+  compiler cc(*p, ps.classes);
+  const first_info f = cc.first(**tree);
+  p->first = f.bytes;
+  p->nullable = f.nullable;
+  if (auto s = cc.emit(**tree); !s.ok()) return s.with_context(cat("pattern '", pattern.substr(0, 200), "'"));
+  p->code.push_back({op::match});
+  if (auto fast = std::make_unique<fast_program>(); fast_builder(*fast, ps.classes, cc).build(**tree))
+    p->fast = std::move(fast);
+  p->classes = std::move(ps.classes);
+  for (auto& c : cc.extra_) p->classes.push_back(std::move(c));
+  r.prog_ = std::move(p);
+  return r;
+}
+
+SLM_INLINE bool regex::search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {
+  if (!prog_ || from > text.size()) return false;
+  const regex_detail::program& p = *prog_;
+  std::size_t budget = (std::size_t{1} << 27) + 4096 * (text.size() - from);
+  if (p.fast) {
+    std::size_t b = 0, e = 0;
+    const auto r = regex_detail::fast_search(*p.fast, text, from, budget, b, e);
+    if (r == regex_detail::fast_result::match) { begin = b; end = e; return true; }
+    if (r == regex_detail::fast_result::no_match) return false;  // give_up: the general engine decides
+  }
+  std::vector<std::size_t> regs(p.registers, SIZE_MAX);
+  for (std::size_t pos = from;;) {
+    if (pos < text.size()) {
+      if (p.nullable || regex_detail::has_byte(p.first, static_cast<unsigned char>(text[pos]))) {
+        std::size_t e = 0;
+        if (run(text, 0, pos, e, budget, regs, 0)) { begin = pos; end = e; return true; }
+        if (budget == 0) return false;
       }
-      if (!fail) continue;
-      // backtrack
-      for (;;) {
-        if (stack.empty()) return false;
-        frame& f = stack.top();
-        if (f.kind == frame_kind::resume) {
-          pc = f.pc;
-          pos = f.pos;
-          stack.pop();
-          break;
-        }
-        if (f.kind == frame_kind::restore) {
-          regs[f.pc] = f.pos;
-          stack.pop();
-          continue;
-        }
-        if (f.kind == frame_kind::greedy) {
-          // give back one unit
-          f.pos = back_step(t, f.pos, f.aux);
-          pc = f.pc;
-          pos = f.pos;
-          if (f.pos <= f.aux) stack.pop();
-          break;
-        }
-        if (f.kind == frame_kind::lazy) {
-          // take one more unit
-          const inst& li = p.code[f.pc];
-          const char_class& c = p.classes[li.a];
-          if (f.pos >= n) { stack.pop(); continue; }
-          std::size_t len = 0;
-          if (!c.contains(unit(t, f.pos, len))) { stack.pop(); continue; }
-          f.pos += len;
-          ++f.aux;
-          pc = f.pc + 1;
-          pos = f.pos;
-          if (li.c != no_max && f.aux >= li.c) stack.pop();
-          break;
-        }
-        // alt: next possible branch
-        const inst& ai = p.code[f.pc];
-        const alt_table& a = p.alts[ai.a];
-        const std::uint64_t possible = a.possible[f.pos < n ? static_cast<unsigned char>(t[f.pos]) : 256];
-        const unsigned k = static_cast<unsigned>(f.aux);
-        const std::uint64_t rest = possible & ~((std::uint64_t{2} << k) - 1);
-        pc = a.targets[k];
-        pos = f.pos;
-        if (rest) f.aux = static_cast<std::size_t>(std::countr_zero(rest));
-        else stack.pop();
-        break;
-      }
+      std::size_t len = 1;
+      if (static_cast<unsigned char>(text[pos]) >= 0x80) unicode::decode(text, pos, len);
+      pos += len;
+    } else {
+      std::size_t e = 0;
+      if (p.nullable && run(text, 0, pos, e, budget, regs, 0)) { begin = pos; end = e; return true; }
+      return false;
     }
   }
-};
+}
+
+SLM_INLINE char32_t regex::unit(std::string_view t, std::size_t pos, std::size_t& len) noexcept {
+  return regex_detail::unit_at(t, pos, len);
+}
+
+SLM_INLINE std::size_t regex::back_step(std::string_view t, std::size_t pos, std::size_t lowest) noexcept {
+  return regex_detail::back_step(t, pos, lowest);
+}
+
+SLM_INLINE bool regex::is_word_at(std::string_view t, std::size_t pos) noexcept {
+  std::size_t len = 0;
+  return pos < t.size() && unicode::is_word(unit(t, pos, len));
+}
+
+SLM_INLINE bool regex::check(regex_detail::assertion a, std::string_view t, std::size_t pos) const noexcept {
+  using regex_detail::assertion;
+  switch (a) {
+    case assertion::bol: return pos == 0 || t[pos - 1] == '\n';
+    case assertion::eol: return pos == t.size() || t[pos] == '\n';
+    case assertion::bot: return pos == 0;
+    case assertion::eot: return pos == t.size();
+    case assertion::eot_nl: return pos == t.size() || (pos + 1 == t.size() && t[pos] == '\n');
+    case assertion::word_b: case assertion::not_word_b: {
+      const bool before = pos > 0 && is_word_at(t, back_step(t, pos, 0));
+      const bool after = is_word_at(t, pos);
+      return (before != after) == (a == assertion::word_b);
+    }
+  }
+  return false;
+}
+
+SLM_INLINE bool regex::run(std::string_view t, std::uint32_t pc, std::size_t pos, std::size_t& end, std::size_t& budget,
+         std::vector<std::size_t>& regs, int depth) const {
+  using namespace regex_detail;
+  const program& p = *prog_;
+  const std::size_t n = t.size();
+  frame_stack stack;
+  for (;;) {
+    bool fail = false;
+    if (budget == 0) return false;
+    --budget;
+    const inst& in = p.code[pc];
+    switch (in.code) {
+      case op::match: end = pos; return true;
+      case op::literal: {
+        if (n - pos < in.b || std::memcmp(t.data() + pos, p.literals.data() + in.a, in.b) != 0) { fail = true; break; }
+        pos += in.b;
+        ++pc;
+        break;
+      }
+      case op::cls: {
+        if (pos >= n) { fail = true; break; }
+        std::size_t len = 0;
+        if (!p.classes[in.a].contains(unit(t, pos, len))) { fail = true; break; }
+        pos += len;
+        ++pc;
+        break;
+      }
+      case op::repeat: {
+        const char_class& c = p.classes[in.a];
+        const std::uint32_t mn = in.b, mx = in.c;
+        const auto mode = static_cast<repeat_mode>(in.d);
+        std::size_t count = 0, q = pos;
+        const std::uint32_t want = mode == repeat_mode::lazy ? mn : mx;
+        while (count < want && q < n) {
+          const auto b = static_cast<unsigned char>(t[q]);
+          if (b < 0x80) {
+            if (!(c.ascii[b >> 6] >> (b & 63) & 1u)) break;
+            ++q;
+          } else {
+            std::size_t len = 0;
+            if (!c.contains(unicode::decode(t, q, len))) break;
+            q += len;
+          }
+          ++count;
+        }
+        if (budget > count / 8) budget -= count / 8; else budget = 0;
+        if (count < mn) { fail = true; break; }
+        if (mode == repeat_mode::greedy && count > mn) {
+          // one resumable entry: gives back one unit per retry, down to min
+          std::size_t low = pos;
+          if (mn) {  // position after the first mn units
+            for (std::uint32_t k = 0; k < mn; ++k) {
+              std::size_t len = 0;
+              unit(t, low, len);
+              low += len;
+            }
+          }
+          stack.push({frame_kind::greedy, pc + 1, q, low});
+        } else if (mode == repeat_mode::lazy && (mx == no_max || count < mx)) {
+          stack.push({frame_kind::lazy, pc, q, count});
+        }
+        pos = q;
+        ++pc;
+        break;
+      }
+      case op::alt: {
+        const alt_table& a = p.alts[in.a];
+        const std::uint64_t possible = a.possible[pos < n ? static_cast<unsigned char>(t[pos]) : 256];
+        if (!possible) { fail = true; break; }
+        const unsigned k = static_cast<unsigned>(std::countr_zero(possible));
+        const std::uint64_t rest = possible & ~((std::uint64_t{2} << k) - 1);
+        if (rest) stack.push({frame_kind::alt, pc, pos, static_cast<std::size_t>(std::countr_zero(rest))});
+        pc = a.targets[k];
+        break;
+      }
+      case op::jmp: pc = in.a; break;
+      case op::split:
+        stack.push({frame_kind::resume, in.b, pos, 0});
+        pc = in.a;
+        break;
+      case op::save_pos:
+        stack.push({frame_kind::restore, in.a, regs[in.a], 0});
+        regs[in.a] = pos;
+        ++pc;
+        break;
+      case op::check_progress:
+        pc = regs[in.a] == pos ? in.b : pc + 1;
+        break;
+      case op::look: case op::atomic: {
+        if (depth > 250) { budget = 0; return false; }
+        std::size_t e = 0;
+        const bool ok = run(t, in.a, pos, e, budget, regs, depth + 1);
+        if (budget == 0) return false;
+        if (in.code == op::look) {
+          if (ok == (in.b != 0)) { fail = true; break; }
+        } else {
+          if (!ok) { fail = true; break; }
+          pos = e;
+        }
+        pc = in.c;
+        break;
+      }
+      case op::assert_:
+        if (!check(static_cast<assertion>(in.a), t, pos)) { fail = true; break; }
+        ++pc;
+        break;
+    }
+    if (!fail) continue;
+    // backtrack
+    for (;;) {
+      if (stack.empty()) return false;
+      frame& f = stack.top();
+      if (f.kind == frame_kind::resume) {
+        pc = f.pc;
+        pos = f.pos;
+        stack.pop();
+        break;
+      }
+      if (f.kind == frame_kind::restore) {
+        regs[f.pc] = f.pos;
+        stack.pop();
+        continue;
+      }
+      if (f.kind == frame_kind::greedy) {
+        // give back one unit
+        f.pos = back_step(t, f.pos, f.aux);
+        pc = f.pc;
+        pos = f.pos;
+        if (f.pos <= f.aux) stack.pop();
+        break;
+      }
+      if (f.kind == frame_kind::lazy) {
+        // take one more unit
+        const inst& li = p.code[f.pc];
+        const char_class& c = p.classes[li.a];
+        if (f.pos >= n) { stack.pop(); continue; }
+        std::size_t len = 0;
+        if (!c.contains(unit(t, f.pos, len))) { stack.pop(); continue; }
+        f.pos += len;
+        ++f.aux;
+        pc = f.pc + 1;
+        pos = f.pos;
+        if (li.c != no_max && f.aux >= li.c) stack.pop();
+        break;
+      }
+      // alt: next possible branch
+      const inst& ai = p.code[f.pc];
+      const alt_table& a = p.alts[ai.a];
+      const std::uint64_t possible = a.possible[f.pos < n ? static_cast<unsigned char>(t[f.pos]) : 256];
+      const unsigned k = static_cast<unsigned>(f.aux);
+      const std::uint64_t rest = possible & ~((std::uint64_t{2} << k) - 1);
+      pc = a.targets[k];
+      pos = f.pos;
+      if (rest) f.aux = static_cast<std::size_t>(std::countr_zero(rest));
+      else stack.pop();
+      break;
+    }
+  }
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

@@ -120,7 +120,11 @@ struct sampler_config {
 };
 
 // Checks a configuration against a logit row of `logit_rows` entries.
-inline status validate(const sampler_config& c, std::size_t logit_rows) {
+status validate(const sampler_config& c, std::size_t logit_rows);
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE status validate(const sampler_config& c, std::size_t logit_rows) {
   const auto bad = [](auto... parts) { return make_error(errc::invalid_argument, "sampler_config: ", parts...); };
   if (logit_rows == 0) return bad("the logit row is empty");
   if (c.vocab_size > logit_rows)
@@ -147,6 +151,8 @@ inline status validate(const sampler_config& c, std::size_t logit_rows) {
   return {};
 }
 
+#endif  // SLM_DEFINE_TEXT
+
 // One per session; not shared between threads (it owns its rng and scratch).
 class sampler {
  public:
@@ -157,36 +163,11 @@ class sampler {
   const rng& generator() const noexcept { return rng_; }
 
   // The next token after `history` (prompt + generated). `logits` is not modified.
-  result<std::int32_t> sample(std::span<const float> logits, std::span<const std::int32_t> history) {
-    SLM_TRY(process(logits, history));
-    if (config_.temperature == 0.0f) return greedy();
-    SLM_TRY(keep_candidates());
-    const double u = rng_.uniform() * total_;
-    double cum = 0.0;
-    for (std::size_t j = 0; j < kept_.size(); ++j)
-      if ((cum += weight_[j]) > u) return kept_[j].id;
-    // u * total rounded up to total: the last token with any weight.
-    for (std::size_t j = kept_.size(); j-- > 0;)
-      if (weight_[j] > 0.0) return kept_[j].id;
-    return kept_.front().id;  // unreachable: the largest logit has weight 1
-  }
+  result<std::int32_t> sample(std::span<const float> logits, std::span<const std::int32_t> history);
 
   // The distribution sample() draws from: probs[i] for every row of `logits` (0 for rows
   // excluded by any step; one-hot at the argmax when temperature is 0). Draws nothing.
-  status distribution(std::span<const float> logits, std::span<const std::int32_t> history, std::vector<float>& probs) {
-    SLM_TRY(process(logits, history));
-    probs.assign(logits.size(), 0.0f);
-    if (config_.temperature == 0.0f) {
-      auto id = greedy();
-      if (!id.ok()) return std::move(id).take_error();
-      probs[static_cast<std::size_t>(*id)] = 1.0f;
-      return {};
-    }
-    SLM_TRY(keep_candidates());
-    for (std::size_t j = 0; j < kept_.size(); ++j)
-      probs[static_cast<std::size_t>(kept_[j].id)] = static_cast<float>(weight_[j] / total_);
-    return {};
-  }
+  status distribution(std::span<const float> logits, std::span<const std::int32_t> history, std::vector<float>& probs);
 
  private:
   struct candidate {
@@ -204,69 +185,11 @@ class sampler {
   static constexpr rank_order before{};
 
   // Steps 1-4: logits_ = the vocabulary rows after bias and penalties.
-  status process(std::span<const float> logits, std::span<const std::int32_t> history) {
-    if (logits.size() != validated_rows_) {
-      SLM_TRY(validate(config_, logits.size()));
-      validated_rows_ = logits.size();
-    }
-    const std::size_t n = config_.vocab_size ? config_.vocab_size : logits.size();
-    logits_.resize(n);
-    bool bad = false;  // a NaN or +inf anywhere; located below, off the fast path
-    for (std::size_t i = 0; i < n; ++i) {
-      const float v = logits[i];
-      bad |= !(v < std::numeric_limits<float>::infinity());
-      logits_[i] = v;
-    }
-    if (bad)
-      for (std::size_t i = 0; i < n; ++i)
-        if (!(logits[i] < std::numeric_limits<float>::infinity()))
-          return make_error(errc::invalid_argument, "sampler: logits[", i, "] is ",
-                            std::isnan(logits[i]) ? "NaN" : "+infinity", " (row ", i, " of ", logits.size(),
-                            "); the model produced a non-number");
-    for (const auto& [id, b] : config_.logit_bias) logits_[static_cast<std::size_t>(id)] += b;
+  status process(std::span<const float> logits, std::span<const std::int32_t> history);
 
-    const bool penalize = config_.repetition_penalty != 1.0f || config_.frequency_penalty != 0.0f ||
-                          config_.presence_penalty != 0.0f;
-    if (!penalize || config_.penalty_last_n == 0 || history.empty()) return {};
-    const std::size_t w = config_.penalty_last_n < 0
-                              ? history.size()
-                              : std::min(history.size(), static_cast<std::size_t>(config_.penalty_last_n));
-    const std::size_t first = history.size() - w;
-    window_.assign(history.begin() + static_cast<std::ptrdiff_t>(first), history.end());
-    for (std::size_t i = 0; i < w; ++i)
-      if (window_[i] < 0 || static_cast<std::size_t>(window_[i]) >= n)
-        return make_error(errc::invalid_argument, "sampler: history token ", first + i, " (id ", window_[i],
-                          ") is outside the vocabulary [0, ", n, ")");
-    std::sort(window_.begin(), window_.end());
-    const float r = config_.repetition_penalty;
-    for (std::size_t i = 0; i < w;) {
-      std::size_t j = i;
-      while (j < w && window_[j] == window_[i]) ++j;
-      float& l = logits_[static_cast<std::size_t>(window_[i])];
-      if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
-      l -= config_.frequency_penalty * static_cast<float>(j - i) + config_.presence_penalty;
-      i = j;
-    }
-    return {};
-  }
+  result<std::int32_t> greedy() const;
 
-  result<std::int32_t> greedy() const {
-    std::size_t best = 0;
-    for (std::size_t i = 1; i < logits_.size(); ++i)
-      if (logits_[i] > logits_[best]) best = i;
-    SLM_TRY(check_max(logits_[best], best));
-    return static_cast<std::int32_t>(best);
-  }
-
-  status check_max(float max_logit, std::size_t id) const {
-    if (max_logit == -std::numeric_limits<float>::infinity())
-      return make_error(errc::invalid_argument, "sampler: all ", logits_.size(),
-                        " candidate tokens are banned (every logit is -infinity after bias and penalties)");
-    if (!(max_logit < std::numeric_limits<float>::infinity()))
-      return make_error(errc::invalid_argument, "sampler: the logit of token ", id,
-                        " overflowed to +infinity after bias and penalties");
-    return {};
-  }
+  status check_max(float max_logit, std::size_t id) const;
 
   // exp((logit - max) / T): the unnormalized probability, 1 for the largest logit.
   float weight(float logit) const noexcept { return std::exp((logit - max_logit_) / config_.temperature); }
@@ -278,92 +201,14 @@ class sampler {
   // where the running sum reaches the target stays in play, and is cut again, until few
   // enough candidates are left to sort (ties and near-ties end up there). Keys are capped
   // at 128, past which expf underflows to weight 0 anyway.
-  candidate nucleus_last() {
-    constexpr std::size_t buckets = 256, few = 64;
-    const float t = config_.temperature;
-    const auto key = [&](const candidate& c) { return std::min((max_logit_ - c.logit) / t, 128.0f); };
-    const auto w = [&](const candidate& c) { return weight_by_id_[static_cast<std::size_t>(c.id)]; };
-    double total = 0.0;
-    for (const candidate& c : kept_) total += w(c);
-    const double target = static_cast<double>(config_.top_p) * total;
-    double ahead = 0.0;  // the weight of the candidates ranked before those in play
-    play_.assign(kept_.begin(), kept_.end());
-    while (play_.size() > few) {
-      float lo = std::numeric_limits<float>::infinity(), hi = 0.0f;
-      for (const candidate& c : play_) {
-        lo = std::min(lo, key(c));
-        hi = std::max(hi, key(c));
-      }
-      const float scale = static_cast<float>(buckets) / (hi - lo);
-      if (!(hi > lo) || !(scale < std::numeric_limits<float>::infinity())) break;  // (near-)ties: sort them
-      const auto bucket = [&](const candidate& c) {
-        return static_cast<std::size_t>(std::min(static_cast<float>(buckets - 1), (key(c) - lo) * scale));
-      };
-      bucket_weight_.assign(buckets, 0.0);
-      for (const candidate& c : play_) bucket_weight_[bucket(c)] += w(c);
-      std::size_t cross = 0;
-      while (cross < buckets && ahead + bucket_weight_[cross] < target) ahead += bucket_weight_[cross++];
-      if (cross == buckets) return *std::max_element(play_.begin(), play_.end(), before);  // rounding: all of it
-      std::erase_if(play_, [&](const candidate& c) { return bucket(c) != cross; });
-    }
-    std::sort(play_.begin(), play_.end(), before);
-    for (const candidate& c : play_)
-      if ((ahead += w(c)) >= target) return c;
-    return play_.back();  // rounding kept the sum below the target: all of it
-  }
+  candidate nucleus_last();
 
   // Steps 5-10 but the draw: kept_ (increasing id), weight_ (aligned) and total_.
   // Top-k and top-p each keep a prefix of the candidates in `before` order, so together
   // they keep every candidate up to a last one (`last`); min-p keeps weights >= min_p
   // (p / p_max is the weight, the largest being exactly 1). The final pass walks the
   // vocabulary in id order and applies both cuts: no sort of the kept set.
-  status keep_candidates() {
-    constexpr float banned = -std::numeric_limits<float>::infinity();
-    kept_.clear();
-    const std::size_t n = logits_.size();
-    for (std::size_t i = 0; i < n; ++i)
-      if (logits_[i] > banned) kept_.push_back({logits_[i], static_cast<std::int32_t>(i)});
-    if (kept_.empty()) return check_max(banned, 0);
-
-    bool cut = false;  // whether `last` is set
-    candidate last{};
-    const auto k = static_cast<std::size_t>(config_.top_k);
-    if (k > 0 && k < kept_.size()) {
-      std::nth_element(kept_.begin(), kept_.begin() + static_cast<std::ptrdiff_t>(k - 1), kept_.end(), before);
-      kept_.resize(k);
-      last = kept_.back();
-      cut = true;
-    }
-    const candidate top = *std::min_element(kept_.begin(), kept_.end(), before);
-    SLM_TRY(check_max(top.logit, static_cast<std::size_t>(top.id)));
-    max_logit_ = top.logit;
-    weight_by_id_.resize(n);  // set for the candidates still in; only those are read below
-    for (const candidate& c : kept_) weight_by_id_[static_cast<std::size_t>(c.id)] = weight(c.logit);
-    if (config_.top_p < 1.0f && kept_.size() > 1) {
-      last = nucleus_last();
-      cut = true;
-    }
-
-    // Written without branches on the data (a kept token is stored, then counted): about
-    // half the tokens pass a top-p cut, in no pattern a branch predictor could learn.
-    kept_.resize(n);
-    weight_.resize(n);
-    double total = 0.0;  // a local: a member would be reloaded after every store
-    std::size_t m = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const candidate c{logits_[i], static_cast<std::int32_t>(i)};
-      const float w = weight_by_id_[i];  // meaningful only where `keep` holds
-      const bool keep = (c.logit > banned) & (!cut | !before(last, c)) & (w >= config_.min_p);
-      kept_[m] = c;
-      weight_[m] = w;
-      m += keep;
-      total += static_cast<double>(keep ? w : 0.0f);
-    }
-    total_ = total;
-    kept_.resize(m);
-    weight_.resize(m);
-    return {};
-  }
+  status keep_candidates();
 
   sampler_config config_;
   rng rng_;
@@ -378,5 +223,184 @@ class sampler {
   double total_ = 0.0;
   float max_logit_ = 0.0f;
 };
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE result<std::int32_t> sampler::sample(std::span<const float> logits, std::span<const std::int32_t> history) {
+  SLM_TRY(process(logits, history));
+  if (config_.temperature == 0.0f) return greedy();
+  SLM_TRY(keep_candidates());
+  const double u = rng_.uniform() * total_;
+  double cum = 0.0;
+  for (std::size_t j = 0; j < kept_.size(); ++j)
+    if ((cum += weight_[j]) > u) return kept_[j].id;
+  // u * total rounded up to total: the last token with any weight.
+  for (std::size_t j = kept_.size(); j-- > 0;)
+    if (weight_[j] > 0.0) return kept_[j].id;
+  return kept_.front().id;  // unreachable: the largest logit has weight 1
+}
+
+SLM_INLINE status sampler::distribution(std::span<const float> logits, std::span<const std::int32_t> history, std::vector<float>& probs) {
+  SLM_TRY(process(logits, history));
+  probs.assign(logits.size(), 0.0f);
+  if (config_.temperature == 0.0f) {
+    auto id = greedy();
+    if (!id.ok()) return std::move(id).take_error();
+    probs[static_cast<std::size_t>(*id)] = 1.0f;
+    return {};
+  }
+  SLM_TRY(keep_candidates());
+  for (std::size_t j = 0; j < kept_.size(); ++j)
+    probs[static_cast<std::size_t>(kept_[j].id)] = static_cast<float>(weight_[j] / total_);
+  return {};
+}
+
+SLM_INLINE status sampler::process(std::span<const float> logits, std::span<const std::int32_t> history) {
+  if (logits.size() != validated_rows_) {
+    SLM_TRY(validate(config_, logits.size()));
+    validated_rows_ = logits.size();
+  }
+  const std::size_t n = config_.vocab_size ? config_.vocab_size : logits.size();
+  logits_.resize(n);
+  bool bad = false;  // a NaN or +inf anywhere; located below, off the fast path
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = logits[i];
+    bad |= !(v < std::numeric_limits<float>::infinity());
+    logits_[i] = v;
+  }
+  if (bad)
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(logits[i] < std::numeric_limits<float>::infinity()))
+        return make_error(errc::invalid_argument, "sampler: logits[", i, "] is ",
+                          std::isnan(logits[i]) ? "NaN" : "+infinity", " (row ", i, " of ", logits.size(),
+                          "); the model produced a non-number");
+  for (const auto& [id, b] : config_.logit_bias) logits_[static_cast<std::size_t>(id)] += b;
+
+  const bool penalize = config_.repetition_penalty != 1.0f || config_.frequency_penalty != 0.0f ||
+                        config_.presence_penalty != 0.0f;
+  if (!penalize || config_.penalty_last_n == 0 || history.empty()) return {};
+  const std::size_t w = config_.penalty_last_n < 0
+                            ? history.size()
+                            : std::min(history.size(), static_cast<std::size_t>(config_.penalty_last_n));
+  const std::size_t first = history.size() - w;
+  window_.assign(history.begin() + static_cast<std::ptrdiff_t>(first), history.end());
+  for (std::size_t i = 0; i < w; ++i)
+    if (window_[i] < 0 || static_cast<std::size_t>(window_[i]) >= n)
+      return make_error(errc::invalid_argument, "sampler: history token ", first + i, " (id ", window_[i],
+                        ") is outside the vocabulary [0, ", n, ")");
+  std::sort(window_.begin(), window_.end());
+  const float r = config_.repetition_penalty;
+  for (std::size_t i = 0; i < w;) {
+    std::size_t j = i;
+    while (j < w && window_[j] == window_[i]) ++j;
+    float& l = logits_[static_cast<std::size_t>(window_[i])];
+    if (r != 1.0f) l = l > 0.0f ? l / r : l * r;
+    l -= config_.frequency_penalty * static_cast<float>(j - i) + config_.presence_penalty;
+    i = j;
+  }
+  return {};
+}
+
+SLM_INLINE result<std::int32_t> sampler::greedy() const {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < logits_.size(); ++i)
+    if (logits_[i] > logits_[best]) best = i;
+  SLM_TRY(check_max(logits_[best], best));
+  return static_cast<std::int32_t>(best);
+}
+
+SLM_INLINE status sampler::check_max(float max_logit, std::size_t id) const {
+  if (max_logit == -std::numeric_limits<float>::infinity())
+    return make_error(errc::invalid_argument, "sampler: all ", logits_.size(),
+                      " candidate tokens are banned (every logit is -infinity after bias and penalties)");
+  if (!(max_logit < std::numeric_limits<float>::infinity()))
+    return make_error(errc::invalid_argument, "sampler: the logit of token ", id,
+                      " overflowed to +infinity after bias and penalties");
+  return {};
+}
+
+SLM_INLINE sampler::candidate sampler::nucleus_last() {
+  constexpr std::size_t buckets = 256, few = 64;
+  const float t = config_.temperature;
+  const auto key = [&](const candidate& c) { return std::min((max_logit_ - c.logit) / t, 128.0f); };
+  const auto w = [&](const candidate& c) { return weight_by_id_[static_cast<std::size_t>(c.id)]; };
+  double total = 0.0;
+  for (const candidate& c : kept_) total += w(c);
+  const double target = static_cast<double>(config_.top_p) * total;
+  double ahead = 0.0;  // the weight of the candidates ranked before those in play
+  play_.assign(kept_.begin(), kept_.end());
+  while (play_.size() > few) {
+    float lo = std::numeric_limits<float>::infinity(), hi = 0.0f;
+    for (const candidate& c : play_) {
+      lo = std::min(lo, key(c));
+      hi = std::max(hi, key(c));
+    }
+    const float scale = static_cast<float>(buckets) / (hi - lo);
+    if (!(hi > lo) || !(scale < std::numeric_limits<float>::infinity())) break;  // (near-)ties: sort them
+    const auto bucket = [&](const candidate& c) {
+      return static_cast<std::size_t>(std::min(static_cast<float>(buckets - 1), (key(c) - lo) * scale));
+    };
+    bucket_weight_.assign(buckets, 0.0);
+    for (const candidate& c : play_) bucket_weight_[bucket(c)] += w(c);
+    std::size_t cross = 0;
+    while (cross < buckets && ahead + bucket_weight_[cross] < target) ahead += bucket_weight_[cross++];
+    if (cross == buckets) return *std::max_element(play_.begin(), play_.end(), before);  // rounding: all of it
+    std::erase_if(play_, [&](const candidate& c) { return bucket(c) != cross; });
+  }
+  std::sort(play_.begin(), play_.end(), before);
+  for (const candidate& c : play_)
+    if ((ahead += w(c)) >= target) return c;
+  return play_.back();  // rounding kept the sum below the target: all of it
+}
+
+SLM_INLINE status sampler::keep_candidates() {
+  constexpr float banned = -std::numeric_limits<float>::infinity();
+  kept_.clear();
+  const std::size_t n = logits_.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (logits_[i] > banned) kept_.push_back({logits_[i], static_cast<std::int32_t>(i)});
+  if (kept_.empty()) return check_max(banned, 0);
+
+  bool cut = false;  // whether `last` is set
+  candidate last{};
+  const auto k = static_cast<std::size_t>(config_.top_k);
+  if (k > 0 && k < kept_.size()) {
+    std::nth_element(kept_.begin(), kept_.begin() + static_cast<std::ptrdiff_t>(k - 1), kept_.end(), before);
+    kept_.resize(k);
+    last = kept_.back();
+    cut = true;
+  }
+  const candidate top = *std::min_element(kept_.begin(), kept_.end(), before);
+  SLM_TRY(check_max(top.logit, static_cast<std::size_t>(top.id)));
+  max_logit_ = top.logit;
+  weight_by_id_.resize(n);  // set for the candidates still in; only those are read below
+  for (const candidate& c : kept_) weight_by_id_[static_cast<std::size_t>(c.id)] = weight(c.logit);
+  if (config_.top_p < 1.0f && kept_.size() > 1) {
+    last = nucleus_last();
+    cut = true;
+  }
+
+  // Written without branches on the data (a kept token is stored, then counted): about
+  // half the tokens pass a top-p cut, in no pattern a branch predictor could learn.
+  kept_.resize(n);
+  weight_.resize(n);
+  double total = 0.0;  // a local: a member would be reloaded after every store
+  std::size_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const candidate c{logits_[i], static_cast<std::int32_t>(i)};
+    const float w = weight_by_id_[i];  // meaningful only where `keep` holds
+    const bool keep = (c.logit > banned) & (!cut | !before(last, c)) & (w >= config_.min_p);
+    kept_[m] = c;
+    weight_[m] = w;
+    m += keep;
+    total += static_cast<double>(keep ? w : 0.0f);
+  }
+  total_ = total;
+  kept_.resize(m);
+  weight_.resize(m);
+  return {};
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

@@ -33,46 +33,12 @@ namespace slm {
 
 class stop_strings {
  public:
-  explicit stop_strings(std::vector<std::string> stops) {
-    for (auto& s : stops)
-      if (!s.empty()) stops_.push_back(std::move(s));
-    for (const auto& s : stops_) longest_ = std::max(longest_, s.size());
-  }
+  explicit stop_strings(std::vector<std::string> stops);
 
-  std::string push(std::string_view text) {
-    if (stopped_) return {};
-    held_.append(text);
-    // The earliest-ending occurrence over all stops; ties go to the longer stop.
-    std::size_t best_end = std::string::npos, best_start = 0, best_stop = 0;
-    for (std::size_t s = 0; s < stops_.size(); ++s) {
-      const std::size_t at = held_.find(stops_[s]);
-      if (at == std::string::npos) continue;
-      const std::size_t end = at + stops_[s].size();
-      if (end < best_end || (end == best_end && at < best_start)) {
-        best_end = end;
-        best_start = at;
-        best_stop = s;
-      }
-    }
-    if (best_end != std::string::npos) {
-      stopped_ = true;
-      matched_ = best_stop;
-      std::string out = held_.substr(0, best_start);
-      held_.clear();
-      return out;
-    }
-    const std::size_t keep = held_tail();
-    std::string out = held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    return out;
-  }
+  std::string push(std::string_view text);
 
   // End of generation without a stop: the held-back text (nothing once stopped).
-  std::string flush() {
-    std::string out = std::move(held_);
-    held_.clear();
-    return out;
-  }
+  std::string flush();
 
   bool stopped() const noexcept { return stopped_; }
 
@@ -90,15 +56,7 @@ class stop_strings {
 
  private:
   // The length of the longest suffix of held_ that is a proper prefix of some stop.
-  std::size_t held_tail() const noexcept {
-    const std::string_view h(held_);
-    for (std::size_t len = std::min(h.size(), longest_ == 0 ? 0 : longest_ - 1); len > 0; --len) {
-      const std::string_view tail = h.substr(h.size() - len);
-      for (const auto& s : stops_)
-        if (s.size() > len && std::string_view(s).starts_with(tail)) return len;
-    }
-    return 0;
-  }
+  std::size_t held_tail() const noexcept;
 
   std::vector<std::string> stops_;
   std::size_t longest_ = 0;
@@ -106,5 +64,59 @@ class stop_strings {
   bool stopped_ = false;
   std::size_t matched_ = 0;
 };
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE stop_strings::stop_strings(std::vector<std::string> stops) {
+  for (auto& s : stops)
+    if (!s.empty()) stops_.push_back(std::move(s));
+  for (const auto& s : stops_) longest_ = std::max(longest_, s.size());
+}
+
+SLM_INLINE std::string stop_strings::push(std::string_view text) {
+  if (stopped_) return {};
+  held_.append(text);
+  // The earliest-ending occurrence over all stops; ties go to the longer stop.
+  std::size_t best_end = std::string::npos, best_start = 0, best_stop = 0;
+  for (std::size_t s = 0; s < stops_.size(); ++s) {
+    const std::size_t at = held_.find(stops_[s]);
+    if (at == std::string::npos) continue;
+    const std::size_t end = at + stops_[s].size();
+    if (end < best_end || (end == best_end && at < best_start)) {
+      best_end = end;
+      best_start = at;
+      best_stop = s;
+    }
+  }
+  if (best_end != std::string::npos) {
+    stopped_ = true;
+    matched_ = best_stop;
+    std::string out = held_.substr(0, best_start);
+    held_.clear();
+    return out;
+  }
+  const std::size_t keep = held_tail();
+  std::string out = held_.substr(0, held_.size() - keep);
+  held_.erase(0, held_.size() - keep);
+  return out;
+}
+
+SLM_INLINE std::string stop_strings::flush() {
+  std::string out = std::move(held_);
+  held_.clear();
+  return out;
+}
+
+SLM_INLINE std::size_t stop_strings::held_tail() const noexcept {
+  const std::string_view h(held_);
+  for (std::size_t len = std::min(h.size(), longest_ == 0 ? 0 : longest_ - 1); len > 0; --len) {
+    const std::string_view tail = h.substr(h.size() - len);
+    for (const auto& s : stops_)
+      if (s.size() > len && std::string_view(s).starts_with(tail)) return len;
+  }
+  return 0;
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

@@ -32,38 +32,9 @@ enum class split_behavior : std::uint8_t { isolated, removed, merged_with_previo
 
 // ---- Byte-level alphabet (GPT-2): printable bytes stand for themselves, the others map
 // to U+0100 onwards, in byte order.
-inline std::array<char32_t, 256> byte_to_char() {
-  std::array<char32_t, 256> m{};
-  char32_t next = 256;
-  for (unsigned b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-    m[b] = printable ? static_cast<char32_t>(b) : next++;
-  }
-  return m;
-}
+std::array<char32_t, 256> byte_to_char();
 // The bytes of a byte-level token's text; nullopt when a character is outside the alphabet.
-inline std::optional<std::string> bytes_of(std::string_view s) {
-  static constexpr auto inverse = [] {
-    std::array<std::int16_t, 324> inv{};
-    for (auto& v : inv) v = -1;
-    char32_t next = 256;
-    for (unsigned b = 0; b < 256; ++b) {
-      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-      inv[printable ? b : next++] = static_cast<std::int16_t>(b);
-    }
-    return inv;
-  }();
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size();) {
-    std::size_t len = 1;
-    const char32_t c = unicode::decode(s, i, len);
-    if (c >= inverse.size() || inverse[c] < 0) return std::nullopt;
-    out.push_back(static_cast<char>(inverse[c]));
-    i += len;
-  }
-  return out;
-}
+std::optional<std::string> bytes_of(std::string_view s);
 
 
 // Matches of `pattern` in s as HF's Pattern::find_matches: (begin, end, is_match) over
@@ -184,40 +155,86 @@ struct literal_set {
   std::array<std::vector<entry>, 256> by_first{};  // longest first within a bucket
   std::array<bool, 256> first{};
   bool empty = true;
-  void add(std::string text, std::size_t index) {
-    if (text.empty()) return;
-    const auto b = static_cast<unsigned char>(text[0]);
-    auto& bucket = by_first[b];
-    bucket.push_back({std::move(text), index});
-    std::stable_sort(bucket.begin(), bucket.end(), [](const entry& x, const entry& y) { return x.text.size() > y.text.size(); });
-    first[b] = true;
-    empty = false;
-  }
+  void add(std::string text, std::size_t index);
   // The leftmost-longest match at or after `from`: (begin, entry) or begin = npos.
-  std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const {
-    if (empty) return {std::string_view::npos, nullptr};
-    for (std::size_t i = from; i < s.size(); ++i) {
-      const auto b = static_cast<unsigned char>(s[i]);
-      if (!first[b]) continue;
-      for (const entry& e : by_first[b])
-        if (s.size() - i >= e.text.size() && std::memcmp(s.data() + i, e.text.data(), e.text.size()) == 0)
-          return {i, &e};
-    }
-    return {std::string_view::npos, nullptr};
-  }
+  std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const;
 };
 
-inline bool is_word_char(char32_t c) {
-  using unicode::category;
-  const category k = unicode::general_category(c);
-  return c == U'_' || k <= category::Lo || k == category::Nd || k == category::Nl || k == category::No;
-}
+bool is_word_char(char32_t c);
 
 
 // Lowercase by simple case folding: exact for ASCII and for the letters whose lowercase
 // is one code point (HF uses Rust's full to_lowercase; they differ on a handful of
 // letters such as U+0130).
-inline std::string lowercase(std::string_view s) {
+std::string lowercase(std::string_view s);
+std::string strip_white(std::string_view s, bool left, bool right);
+std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with);
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE void literal_set::add(std::string text, std::size_t index) {
+  if (text.empty()) return;
+  const auto b = static_cast<unsigned char>(text[0]);
+  auto& bucket = by_first[b];
+  bucket.push_back({std::move(text), index});
+  std::stable_sort(bucket.begin(), bucket.end(), [](const entry& x, const entry& y) { return x.text.size() > y.text.size(); });
+  first[b] = true;
+  empty = false;
+}
+
+SLM_INLINE std::pair<std::size_t, const literal_set::entry*> literal_set::next(std::string_view s, std::size_t from) const {
+  if (empty) return {std::string_view::npos, nullptr};
+  for (std::size_t i = from; i < s.size(); ++i) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (!first[b]) continue;
+    for (const entry& e : by_first[b])
+      if (s.size() - i >= e.text.size() && std::memcmp(s.data() + i, e.text.data(), e.text.size()) == 0)
+        return {i, &e};
+  }
+  return {std::string_view::npos, nullptr};
+}
+
+
+SLM_INLINE std::array<char32_t, 256> byte_to_char() {
+  std::array<char32_t, 256> m{};
+  char32_t next = 256;
+  for (unsigned b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+    m[b] = printable ? static_cast<char32_t>(b) : next++;
+  }
+  return m;
+}
+
+SLM_INLINE std::optional<std::string> bytes_of(std::string_view s) {
+  static constexpr auto inverse = [] {
+    std::array<std::int16_t, 324> inv{};
+    for (auto& v : inv) v = -1;
+    char32_t next = 256;
+    for (unsigned b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      inv[printable ? b : next++] = static_cast<std::int16_t>(b);
+    }
+    return inv;
+  }();
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    std::size_t len = 1;
+    const char32_t c = unicode::decode(s, i, len);
+    if (c >= inverse.size() || inverse[c] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(inverse[c]));
+    i += len;
+  }
+  return out;
+}
+
+SLM_INLINE bool is_word_char(char32_t c) {
+  using unicode::category;
+  const category k = unicode::general_category(c);
+  return c == U'_' || k <= category::Lo || k == category::Nd || k == category::Nl || k == category::No;
+}
+
+SLM_INLINE std::string lowercase(std::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (std::size_t i = 0; i < s.size();) {
@@ -229,7 +246,8 @@ inline std::string lowercase(std::string_view s) {
   }
   return out;
 }
-inline std::string strip_white(std::string_view s, bool left, bool right) {
+
+SLM_INLINE std::string strip_white(std::string_view s, bool left, bool right) {
   std::size_t b = 0, e = s.size();
   while (left && b < e) {
     std::size_t len = 1;
@@ -244,7 +262,8 @@ inline std::string strip_white(std::string_view s, bool left, bool right) {
   }
   return std::string(s.substr(b, e - b));
 }
-inline std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
+
+SLM_INLINE std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
   std::string out;
   std::size_t pos = 0;
   if (re) {
@@ -273,5 +292,7 @@ inline std::string replace_all(std::string_view s, const std::string& literal, c
   out.append(s.substr(std::min(pos, s.size())));
   return out;
 }
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm::text

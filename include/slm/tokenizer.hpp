@@ -45,9 +45,15 @@
 #include <vector>
 
 #include "slm/bpe.hpp"
-#include "slm/json.hpp"
-#include "slm/mapped_file.hpp"
 #include "slm/regex.hpp"
+#if SLM_DEFINE_TEXT
+#include "slm/json.hpp"         // the parser and the file reader: the definitions below use them
+#include "slm/mapped_file.hpp"
+#else
+namespace slm::json {
+class value;  // what the declarations name (compiled mode: tokenizer.json is parsed in the library)
+}  // namespace slm::json
+#endif
 #include "slm/status.hpp"
 #include "slm/text_ops.hpp"
 #include "slm/unicode.hpp"
@@ -109,33 +115,43 @@ struct encode_scratch {
       h = (h ^ (h >> 31) ^ k.w[2]) * 0x94D049BB133111EBull;
       return static_cast<std::size_t>(h >> 40) & (slots - 1);
     }
-    void reset(std::uint64_t who) {
-      table.assign(slots, slot{});
-      ids.clear();
-      used = 0;
-      owner = who;
-    }
+    void reset(std::uint64_t who);
     // The cached ids of the piece, or an empty span (not cached).
-    std::span<const std::int32_t> find(const key& k) const noexcept {
-      for (std::size_t i = home(k);; i = (i + 1) & (slots - 1)) {
-        const slot& e = table[i];
-        if (e.len == 0) return {};
-        if (e.len == k.len && e.w[0] == k.w[0] && e.w[1] == k.w[1] && e.w[2] == k.w[2])
-          return {ids.data() + e.ids_at, e.ids_len};
-      }
-    }
-    void insert(const key& k, std::span<const std::int32_t> out) {
-      if (out.empty() || out.size() > 255) return;
-      if (used * 2 >= slots) reset(owner);  // full enough: start over (keeps probes short)
-      std::size_t i = home(k);
-      while (table[i].len != 0) i = (i + 1) & (slots - 1);
-      table[i] = {{k.w[0], k.w[1], k.w[2]}, static_cast<std::uint32_t>(ids.size()), k.len,
-                  static_cast<std::uint8_t>(out.size())};
-      ids.insert(ids.end(), out.begin(), out.end());
-      ++used;
-    }
+    std::span<const std::int32_t> find(const key& k) const noexcept;
+    void insert(const key& k, std::span<const std::int32_t> out);
   } cache;
 };
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE void encode_scratch::piece_cache::reset(std::uint64_t who) {
+  table.assign(slots, slot{});
+  ids.clear();
+  used = 0;
+  owner = who;
+}
+
+SLM_INLINE std::span<const std::int32_t> encode_scratch::piece_cache::find(const key& k) const noexcept {
+  for (std::size_t i = home(k);; i = (i + 1) & (slots - 1)) {
+    const slot& e = table[i];
+    if (e.len == 0) return {};
+    if (e.len == k.len && e.w[0] == k.w[0] && e.w[1] == k.w[1] && e.w[2] == k.w[2])
+      return {ids.data() + e.ids_at, e.ids_len};
+  }
+}
+
+SLM_INLINE void encode_scratch::piece_cache::insert(const key& k, std::span<const std::int32_t> out) {
+  if (out.empty() || out.size() > 255) return;
+  if (used * 2 >= slots) reset(owner);  // full enough: start over (keeps probes short)
+  std::size_t i = home(k);
+  while (table[i].len != 0) i = (i + 1) & (slots - 1);
+  table[i] = {{k.w[0], k.w[1], k.w[2]}, static_cast<std::uint32_t>(ids.size()), k.len,
+              static_cast<std::uint8_t>(out.size())};
+  ids.insert(ids.end(), out.begin(), out.end());
+  ++used;
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 // The ids of the tokens that generation and fill-in-the-middle need, found by their
 // usual spellings (or set from tokenizer_config.json by load_dir); -1 where absent.
@@ -156,113 +172,28 @@ class tokenizer {
   static constexpr std::size_t max_vocab = std::size_t{1} << 24;
   static constexpr std::size_t max_token_bytes = 4096;
 
-  static result<tokenizer> load(const std::filesystem::path& file) {
-    auto text = read_text_file(file, std::size_t{512} << 20);
-    if (!text.ok()) return std::move(text).error();
-    auto t = parse(*text);
-    if (!t.ok()) return std::move(t).take_error().with_context(file.string());
-    return t;
-  }
+  static result<tokenizer> load(const std::filesystem::path& file);
 
   // A model directory: tokenizer.json, and tokenizer_config.json when present (its
   // bos_token / eos_token / pad_token / unk_token name the special tokens).
-  static result<tokenizer> load_dir(const std::filesystem::path& dir) {
-    auto t = load(dir / "tokenizer.json");
-    if (!t.ok()) return t;
-    std::error_code ec;
-    if (std::filesystem::exists(dir / "tokenizer_config.json", ec)) {
-      auto text = read_text_file(dir / "tokenizer_config.json", std::size_t{64} << 20);
-      if (!text.ok()) return std::move(text).error();
-      auto cfg = json::parse(*text);
-      if (!cfg.ok()) return std::move(cfg).take_error().with_context((dir / "tokenizer_config.json").string());
-      auto pick = [&](std::string_view key, std::int32_t& slot) {
-        const json::value& v = (*cfg)[key];
-        std::string_view name = v.is_string() ? v.as_string() : v.get_string("content");
-        if (auto id = t->find(name)) slot = *id;
-      };
-      pick("bos_token", t->specials_.bos);
-      pick("eos_token", t->specials_.eos);
-      pick("pad_token", t->specials_.pad);
-      pick("unk_token", t->specials_.unk);
-    }
-    return t;
-  }
+  static result<tokenizer> load_dir(const std::filesystem::path& dir);
 
-  static result<tokenizer> parse(std::string_view json_text) {
-    auto doc = json::parse(json_text);
-    if (!doc.ok()) return std::move(doc).take_error().with_context("tokenizer.json");
-    tokenizer t;
-    SLM_TRY(t.build(*doc));
-    t.fingerprint_ = encode_scratch::piece_cache::fnv1a(json_text) | 1;  // never 0 (an unused cache)
-    return t;
-  }
+  static result<tokenizer> parse(std::string_view json_text);
 
   // ---- Encoding ----
 
-  result<std::vector<std::int32_t>> encode(std::string_view text, const encode_options& opt = {}) const {
-    std::vector<std::int32_t> ids;
-    encode_scratch s;
-    SLM_TRY(encode(text, ids, s, opt));
-    return ids;
-  }
+  result<std::vector<std::int32_t>> encode(std::string_view text, const encode_options& opt = {}) const;
 
   // Appends the ids of `text` to `out`.
   status encode(std::string_view text, std::vector<std::int32_t>& out, encode_scratch& s,
-                const encode_options& opt = {}) const {
-    if (s.cache.owner != fingerprint_) s.cache.reset(fingerprint_);
-    if (opt.add_special_tokens) add_template(true, out);
-    // 1. Added tokens matched on the raw text (special ones, normalized=false ones).
-    for_each_added(text, raw_added_, opt, [&](std::int32_t id, std::string_view piece) {
-      if (id >= 0) return out.push_back(id);
-      // 2. The rest normalized, then 3. normalized added tokens split out of it.
-      std::string normalized;
-      std::string_view view = piece;
-      if (!normalizers_.empty()) {
-        normalized = normalize(piece);
-        view = normalized;
-      }
-      for_each_added(view, normalized_added_, opt, [&](std::int32_t id2, std::string_view rest) {
-        if (id2 >= 0) return out.push_back(id2);
-        // 4. Pre-tokenizers, then the model on each piece.
-        pre_tokenize(0, rest, rest.data() == text.data(), [&](std::string_view p) { model_encode(p, out, s); });
-      });
-    });
-    if (opt.add_special_tokens) add_template(false, out);
-    return {};
-  }
+                const encode_options& opt = {}) const;
 
   // ---- Decoding ----
 
   // The exact bytes of the ids (see the top of the file). An id outside [0, vocab_size())
   // is an error; an id inside the range that names no token (a gap) decodes to nothing, as
   // in HF.
-  result<std::string> decode(std::span<const std::int32_t> ids, const decode_options& opt = {}) const {
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab_size())
-        return make_error(errc::out_of_range, "decode: token id ", ids[i], " at index ", i,
-                          " is outside the vocabulary [0, ", vocab_size(), ")");
-    std::string out;
-    if (bytes_decoder_) {  // ByteLevel alone: every token is its bytes
-      for (std::int32_t id : ids)
-        if (!(opt.skip_special_tokens && is_special(id))) out += token_bytes_[static_cast<std::size_t>(id)];
-      return out;
-    }
-    std::vector<std::string> toks;
-    toks.reserve(ids.size());
-    for (std::int32_t id : ids)
-      if (!(opt.skip_special_tokens && is_special(id)) && has_token_[static_cast<std::size_t>(id)])
-        toks.push_back(tokens_[static_cast<std::size_t>(id)]);
-    if (decoders_.empty()) {
-      for (std::size_t i = 0; i < toks.size(); ++i) {
-        if (i) out.push_back(' ');
-        out += toks[i];
-      }
-      return out;
-    }
-    for (const decode_step& d : decoders_) run_decoder(d, toks);
-    for (const std::string& t : toks) out += t;
-    return out;
-  }
+  result<std::string> decode(std::span<const std::int32_t> ids, const decode_options& opt = {}) const;
 
   // Whether each token's text is independent of its neighbours (ByteLevel decoding): then
   // a stream of ids decodes token by token (detokenizer).
@@ -282,13 +213,7 @@ class tokenizer {
     return id >= 0 && static_cast<std::size_t>(id) < tokens_.size() ? std::string_view(tokens_[static_cast<std::size_t>(id)])
                                                                       : std::string_view();
   }
-  std::optional<std::int32_t> find(std::string_view content) const {
-    for (const added_token& a : added_)
-      if (a.content == content) return a.id;
-    auto it = vocab_.find(std::string(content));
-    if (it != vocab_.end()) return it->second;
-    return std::nullopt;
-  }
+  std::optional<std::int32_t> find(std::string_view content) const;
   bool is_special(std::int32_t id) const noexcept {
     return id >= 0 && static_cast<std::size_t>(id) < special_.size() && special_[static_cast<std::size_t>(id)];
   }
@@ -300,27 +225,11 @@ class tokenizer {
   std::string_view continuing_subword_prefix() const noexcept { return prefix_; }
   // Whether decode(encode(x)) == x for every byte string x: byte-level, no normalizer, no
   // added token that swallows whitespace (lstrip / rstrip).
-  bool lossless() const noexcept {
-    if (!byte_mode_ || !normalizers_.empty() || !bytes_decoder_) return false;
-    for (const added_token& a : added_)
-      if (a.lstrip || a.rstrip) return false;
-    return true;
-  }
+  bool lossless() const noexcept;
 
   // One line for `slm inspect`: "BPE, 2003 tokens (1737 merges), byte-level, normalizer NFC,
   // pre-tokenizer Split+Digits+ByteLevel, decoder ByteLevel, 10 added tokens (7 special)".
-  std::string summary() const {
-    std::size_t n_special = 0;
-    for (const added_token& a : added_) n_special += a.special;
-    std::string s = cat("BPE, ", vocab_size(), " tokens (", merges_.size(), " merges)", byte_mode_ ? ", byte-level" : "");
-    if (!unk_token_.empty()) s += cat(", unk ", unk_token_);
-    if (byte_fallback_) s += ", byte fallback";
-    if (!normalizer_names_.empty()) s += cat(", normalizer ", normalizer_names_);
-    if (!pre_names_.empty()) s += cat(", pre-tokenizer ", pre_names_);
-    s += cat(", decoder ", decoder_names_.empty() ? std::string("none") : decoder_names_);
-    s += cat(", ", added_.size(), " added tokens (", n_special, " special)");
-    return s;
-  }
+  std::string summary() const;
 
  private:
   // ---- Pipeline steps, as parsed from the JSON ----
@@ -353,662 +262,52 @@ class tokenizer {
 
   // ---- Loading ----
 
-  status build(const json::value& doc) {
-    if (!doc.is_object()) return make_error(errc::parse_error, "tokenizer.json: the top level is not an object");
-    const json::value& bpe_model = doc["model"];
-    if (!bpe_model.is_object()) return make_error(errc::parse_error, "tokenizer.json: no \"model\" object");
-    const std::string_view type = bpe_model.get_string("type", "BPE");
-    if (type != "BPE")
-      return make_error(errc::unsupported, "tokenizer.json: model type \"", type,
-                        "\" is not supported (slm implements BPE: GPT-2 / Llama-3 / Qwen / DeepSeek style)");
-    if (status st_ = parse_pre_tokenizer(doc["pre_tokenizer"]); !st_.ok()) return std::move(st_).with_context("pre_tokenizer");
-    if (status st_ = parse_vocab(bpe_model); !st_.ok()) return std::move(st_).with_context("model");
-    if (status st_ = parse_added(doc["added_tokens"]); !st_.ok()) return std::move(st_).with_context("added_tokens");
-    if (status st_ = parse_normalizer(doc["normalizer"]); !st_.ok()) return std::move(st_).with_context("normalizer");
-    for (const added_token& a : added_)
-      if (a.normalized && !normalizers_.empty()) tokens_[static_cast<std::size_t>(a.id)] = normalize(a.content);
-    if (status st_ = parse_decoder(doc["decoder"]); !st_.ok()) return std::move(st_).with_context("decoder");
-    if (status st_ = parse_post(doc["post_processor"]); !st_.ok()) return std::move(st_).with_context("post_processor");
-    // Token bytes for the byte-level decoder (added tokens through the same map, as HF's
-    // ByteLevel decoder does; a character outside the alphabet keeps its UTF-8 bytes).
-    if (bytes_decoder_) {
-      token_bytes_.resize(tokens_.size());
-      for (std::size_t i = 0; i < tokens_.size(); ++i) {
-        auto b = text::bytes_of(tokens_[i]);
-        token_bytes_[i] = b ? std::move(*b) : tokens_[i];
-      }
-    }
-    guess_specials();
-    return {};
-  }
+  status build(const json::value& doc);
 
-  static result<std::shared_ptr<const regex>> compile_pattern(const json::value& pattern, std::string* literal) {
-    if (const json::value* r = pattern.find("Regex"); r && r->is_string()) {
-      auto re = regex::compile(r->as_string());
-      if (!re.ok()) return std::move(re).take_error().with_context("pattern");
-      return std::make_shared<const regex>(std::move(*re));
-    }
-    if (const json::value* s = pattern.find("String"); s && s->is_string()) {
-      *literal = std::string(s->as_string());
-      if (literal->empty()) return make_error(errc::invalid_argument, "an empty String pattern");
-      return std::shared_ptr<const regex>();
-    }
-    return make_error(errc::parse_error, "pattern: expected {\"Regex\": ...} or {\"String\": ...}");
-  }
+  static result<std::shared_ptr<const regex>> compile_pattern(const json::value& pattern, std::string* literal);
 
-  static result<text::split_behavior> parse_behavior(std::string_view b) {
-    if (b == "Isolated") return text::split_behavior::isolated;
-    if (b == "Removed") return text::split_behavior::removed;
-    if (b == "MergedWithPrevious") return text::split_behavior::merged_with_previous;
-    if (b == "MergedWithNext") return text::split_behavior::merged_with_next;
-    if (b == "Contiguous") return text::split_behavior::contiguous;
-    return make_error(errc::unsupported, "split behavior \"", b, "\"");
-  }
+  static result<text::split_behavior> parse_behavior(std::string_view b);
 
-  status parse_pre_tokenizer(const json::value& v) {
-    if (v.is_null()) return {};
-    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
-    const std::string_view type = v.get_string("type");
-    if (type == "Sequence") {
-      const json::value& list = v["pretokenizers"];
-      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"pretokenizers\"");
-      for (const json::value& p : list.items()) SLM_TRY(parse_pre_tokenizer(p));
-      return {};
-    }
-    if (!pre_.empty() && pre_.back().kind == pre_step::bytes)
-      return make_error(errc::unsupported, "a pre-tokenizer (", type, ") after ByteLevel");
-    pre_step s{};
-    if (type == "Split") {
-      s.kind = pre_step::split;
-      auto re = compile_pattern(v["pattern"], &s.literal);
-      if (!re.ok()) return std::move(re).take_error().with_context("Split");
-      s.re = std::move(*re);
-      auto b = parse_behavior(v.get_string("behavior", "Isolated"));
-      if (!b.ok()) return std::move(b).take_error().with_context("Split");
-      s.behavior = *b;
-      s.invert = v.get_bool("invert", false);
-    } else if (type == "ByteLevel") {
-      s.kind = pre_step::bytes;
-      s.add_prefix_space = v.get_bool("add_prefix_space", false);
-      if (v.get_bool("use_regex", true)) {
-        auto re = regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
-        if (!re.ok()) return std::move(re).take_error().with_context("ByteLevel");
-        s.re = std::make_shared<const regex>(std::move(*re));
-      }
-      byte_mode_ = true;
-    } else if (type == "Digits") {
-      s.kind = pre_step::digits;
-      s.individual_digits = v.get_bool("individual_digits", false);
-    } else if (type == "WhitespaceSplit") {
-      s.kind = pre_step::whitespace_split;
-    } else if (type == "Whitespace") {  // \w+|[^\w\s]+, the matches kept
-      s.kind = pre_step::split;
-      auto re = regex::compile(R"(\w+|[^\w\s]+)");
-      if (!re.ok()) return std::move(re).take_error().with_context("Whitespace");
-      s.re = std::make_shared<const regex>(std::move(*re));
-      s.behavior = text::split_behavior::removed;
-      s.invert = true;
-    } else if (type == "Metaspace") {
-      s.kind = pre_step::metaspace;
-      s.literal = std::string(v.get_string("replacement", "\xE2\x96\x81"));
-      const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
-      s.prepend = scheme == "never" ? pre_step::never : scheme == "first" ? pre_step::first : pre_step::always;
-      s.split_on_replacement = v.get_bool("split", true);
-    } else {
-      return make_error(errc::unsupported, "pre-tokenizer type \"", type, "\"");
-    }
-    pre_names_ += cat(pre_names_.empty() ? "" : "+", type);
-    pre_.push_back(std::move(s));
-    return {};
-  }
+  status parse_pre_tokenizer(const json::value& v);
 
-  status parse_normalizer(const json::value& v) {
-    if (v.is_null()) return {};
-    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
-    const std::string_view type = v.get_string("type");
-    if (type == "Sequence") {
-      const json::value& list = v["normalizers"];
-      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"normalizers\"");
-      for (const json::value& n : list.items()) SLM_TRY(parse_normalizer(n));
-      return {};
-    }
-    normalize_step s{};
-    if (type == "NFC") s.kind = normalize_step::nfc;
-    else if (type == "NFD") s.kind = normalize_step::nfd;
-    else if (type == "NFKC") s.kind = normalize_step::nfkc;
-    else if (type == "Lowercase") s.kind = normalize_step::lowercase;
-    else if (type == "Strip") {
-      s.kind = normalize_step::strip;
-      s.left = v.get_bool("strip_left", true);
-      s.right = v.get_bool("strip_right", true);
-    } else if (type == "Replace") {
-      s.kind = normalize_step::replace;
-      auto re = compile_pattern(v["pattern"], &s.a);
-      if (!re.ok()) return std::move(re).take_error().with_context("Replace");
-      s.re = std::move(*re);
-      s.b = std::string(v.get_string("content"));
-    } else if (type == "Prepend") {
-      s.kind = normalize_step::prepend;
-      s.a = std::string(v.get_string("prepend"));
-    } else {
-      return make_error(errc::unsupported, "normalizer type \"", type, "\"");
-    }
-    normalizer_names_ += cat(normalizer_names_.empty() ? "" : "+", type);
-    normalizers_.push_back(std::move(s));
-    return {};
-  }
+  status parse_normalizer(const json::value& v);
 
-  status parse_decoder(const json::value& v) {
-    if (v.is_null()) return {};
-    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
-    const std::string_view type = v.get_string("type");
-    if (type == "Sequence") {
-      const json::value& list = v["decoders"];
-      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"decoders\"");
-      for (const json::value& d : list.items()) SLM_TRY(parse_decoder(d));
-      bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
-      return {};
-    }
-    decode_step s{};
-    if (type == "ByteLevel") s.kind = decode_step::bytes;
-    else if (type == "Metaspace") {
-      s.kind = decode_step::metaspace;
-      s.a = std::string(v.get_string("replacement", "\xE2\x96\x81"));
-      const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
-      s.metaspace_strip_first = scheme != "never";
-    } else if (type == "Replace") {
-      s.kind = decode_step::replace;
-      auto re = compile_pattern(v["pattern"], &s.a);
-      if (!re.ok()) return std::move(re).take_error().with_context("Replace");
-      s.re = std::move(*re);
-      s.b = std::string(v.get_string("content"));
-    } else if (type == "ByteFallback") s.kind = decode_step::byte_fallback;
-    else if (type == "Fuse") s.kind = decode_step::fuse;
-    else if (type == "Strip") {
-      s.kind = decode_step::strip;
-      s.a = std::string(v.get_string("content", " "));
-      s.start = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("start", 0)));
-      s.stop = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("stop", 0)));
-    } else if (type == "BPEDecoder") {
-      s.kind = decode_step::bpe_suffix;
-      s.a = std::string(v.get_string("suffix", "</w>"));
-    } else {
-      return make_error(errc::unsupported, "decoder type \"", type, "\"");
-    }
-    decoder_names_ += cat(decoder_names_.empty() ? "" : "+", type);
-    decoders_.push_back(std::move(s));
-    bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
-    return {};
-  }
+  status parse_decoder(const json::value& v);
 
-  status set_token(std::int32_t id, std::string_view content) {
-    if (id < 0 || static_cast<std::size_t>(id) >= max_vocab)
-      return make_error(errc::out_of_range, "token id ", id, " (\"", content.substr(0, 64), "\") outside [0, ", max_vocab, ")");
-    if (content.size() > max_token_bytes)
-      return make_error(errc::out_of_range, "token ", id, " is ", content.size(), " bytes long (at most ", max_token_bytes, ")");
-    const auto i = static_cast<std::size_t>(id);
-    if (i >= tokens_.size()) {
-      tokens_.resize(i + 1);
-      has_token_.resize(i + 1, false);
-      special_.resize(i + 1, false);
-    }
-    tokens_[i] = std::string(content);
-    has_token_[i] = true;
-    return {};
-  }
+  status set_token(std::int32_t id, std::string_view content);
 
-  status parse_vocab(const json::value& bpe_model) {
-    const json::value& vocab = bpe_model["vocab"];
-    if (!vocab.is_object()) return make_error(errc::parse_error, "no \"vocab\" object");
-    if (vocab.size() > max_vocab) return make_error(errc::out_of_range, vocab.size(), " vocabulary entries (at most ", max_vocab, ")");
-    vocab_.reserve(vocab.size());
-    for (const json::member& m : vocab.members()) {
-      const auto id = m.val.as_int64();
-      if (!id || !m.val.is_number()) return make_error(errc::parse_error, "vocab entry \"", m.key, "\" is not an integer id");
-      SLM_TRY(set_token(static_cast<std::int32_t>(*id), m.key));
-      if (!vocab_.emplace(m.key, static_cast<std::int32_t>(*id)).second)
-        return make_error(errc::parse_error, "vocab entry \"", m.key, "\" appears twice");
-    }
-    unk_token_ = std::string(bpe_model.get_string("unk_token"));
-    if (!unk_token_.empty()) {
-      auto it = vocab_.find(unk_token_);
-      if (it == vocab_.end()) return make_error(errc::parse_error, "unk_token \"", unk_token_, "\" is not in the vocabulary");
-      unk_id_ = it->second;
-    }
-    byte_fallback_ = bpe_model.get_bool("byte_fallback", false);
-    fuse_unk_ = bpe_model.get_bool("fuse_unk", false);
-    ignore_merges_ = bpe_model.get_bool("ignore_merges", false);
-    prefix_ = std::string(bpe_model.get_string("continuing_subword_prefix"));
-    suffix_ = std::string(bpe_model.get_string("end_of_word_suffix"));
-    if (byte_mode_ && (!prefix_.empty() || !suffix_.empty() || byte_fallback_))
-      return make_error(errc::unsupported, "a byte-level BPE with a continuing-subword prefix, end-of-word suffix or byte fallback");
+  status parse_vocab(const json::value& bpe_model);
 
-    // Merges: "a b" strings or ["a", "b"] pairs, rank = position.
-    const json::value& merges = bpe_model["merges"];
-    if (!merges.is_null() && !merges.is_array()) return make_error(errc::parse_error, "\"merges\" is not an array");
-    merges_.reserve(merges.size());
-    std::uint32_t rank = 0;
-    for (const json::value& m : merges.items()) {
-      std::string_view a, b;
-      if (m.is_string()) {
-        const std::string_view s = m.as_string();
-        const auto sp = s.find(' ');
-        if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos)
-          return make_error(errc::parse_error, "merge ", rank, " \"", s.substr(0, 64), "\" is not two tokens separated by one space");
-        a = s.substr(0, sp), b = s.substr(sp + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        a = m[0].as_string(), b = m[1].as_string();
-      } else {
-        return make_error(errc::parse_error, "merge ", rank, " is neither \"a b\" nor [\"a\", \"b\"]");
-      }
-      auto ia = vocab_.find(std::string(a)), ib = vocab_.find(std::string(b));
-      if (ia == vocab_.end() || ib == vocab_.end())
-        return make_error(errc::parse_error, "merge ", rank, " (\"", a.substr(0, 64), "\", \"", b.substr(0, 64),
-                          "\"): a part is not in the vocabulary");
-      std::string merged(a);
-      merged += b.substr(std::min(b.size(), b.substr(0, prefix_.size()) == prefix_ ? prefix_.size() : std::size_t{0}));
-      auto im = vocab_.find(merged);
-      if (im == vocab_.end())
-        return make_error(errc::parse_error, "merge ", rank, ": the merged token \"", std::string_view(merged).substr(0, 64),
-                          "\" is not in the vocabulary");
-      merges_.add(ia->second, ib->second, im->second, rank);
-      ++rank;
-    }
+  status parse_added(const json::value& list);
 
-    if (byte_mode_) {
-      // Initial symbols: the token of each single byte; the vocabulary by bytes.
-      const auto chars = text::byte_to_char();
-      byte_ids_.fill(-1);
-      for (unsigned b = 0; b < 256; ++b) {
-        std::string s;
-        unicode::append_utf8(s, chars[b]);
-        if (auto it = vocab_.find(s); it != vocab_.end()) byte_ids_[b] = it->second;
-      }
-      if (ignore_merges_) {
-        vocab_bytes_.reserve(vocab_.size());
-        for (const auto& [entry, id] : vocab_)
-          if (auto bytes = text::bytes_of(entry)) vocab_bytes_.emplace(std::move(*bytes), id);
-      }
-    }
-    return {};
-  }
+  status parse_post(const json::value& v);
 
-  status parse_added(const json::value& list) {
-    if (list.is_null()) return {};
-    if (!list.is_array()) return make_error(errc::parse_error, "expected an array");
-    for (const json::value& v : list.items()) {
-      added_token a;
-      const auto id = v["id"].as_int64();
-      if (!id || !v["content"].is_string()) return make_error(errc::parse_error, "an entry without an integer id and a content string");
-      a.id = static_cast<std::int32_t>(*id);
-      a.content = std::string(v["content"].as_string());
-      if (a.content.empty()) return make_error(errc::parse_error, "token ", a.id, " has empty content");
-      a.special = v.get_bool("special", false);
-      a.single_word = v.get_bool("single_word", false);
-      a.lstrip = v.get_bool("lstrip", false);
-      a.rstrip = v.get_bool("rstrip", false);
-      a.normalized = v.get_bool("normalized", !a.special);
-      // A normalized token's text is its normalized form (HF stores it so: decode shows it).
-      SLM_TRY(set_token(a.id, a.content));
-      if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
-      added_.push_back(std::move(a));
-    }
-    return {};
-  }
-
-  status parse_post(const json::value& v) {
-    if (v.is_null()) return {};
-    if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
-    const std::string_view type = v.get_string("type");
-    auto id_of = [&](const json::value& pair) -> result<std::int32_t> {  // ["<s>", 1]
-      if (!pair.is_array() || pair.size() != 2 || !pair[1].as_int64())
-        return make_error(errc::parse_error, type, ": a special token is not [\"token\", id]");
-      return static_cast<std::int32_t>(*pair[1].as_int64());
-    };
-    if (type == "Sequence") {
-      const json::value& list = v["processors"];
-      if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"processors\"");
-      for (const json::value& p : list.items()) SLM_TRY(parse_post(p));
-      return {};
-    }
-    if (type == "ByteLevel") return {};  // offsets only
-    if (type == "TemplateProcessing") {
-      const json::value& single = v["single"];
-      if (!single.is_array()) return make_error(errc::parse_error, "TemplateProcessing without \"single\"");
-      const json::value& table = v["special_tokens"];
-      std::vector<template_item> items;
-      for (const json::value& piece : single.items()) {
-        if (piece.find("Sequence")) {
-          items.push_back({true, {}});
-          continue;
-        }
-        const json::value* sp = piece.find("SpecialToken");
-        if (!sp) return make_error(errc::parse_error, "TemplateProcessing: an item is neither Sequence nor SpecialToken");
-        const std::string_view name = sp->get_string("id");
-        const json::value* entry = table.find(name);
-        if (!entry) return make_error(errc::parse_error, "TemplateProcessing: special token \"", name, "\" is not in special_tokens");
-        template_item it;
-        for (const json::value& id : (*entry)["ids"].items()) {
-          auto n = id.as_int64();
-          if (!n || *n < 0 || static_cast<std::size_t>(*n) >= max_vocab)
-            return make_error(errc::parse_error, "TemplateProcessing: a bad id for \"", name, "\"");
-          it.ids.push_back(static_cast<std::int32_t>(*n));
-        }
-        items.push_back(std::move(it));
-      }
-      template_ = std::move(items);
-      return {};
-    }
-    if (type == "BertProcessing" || type == "RobertaProcessing") {
-      auto cls = id_of(v["cls"]);
-      if (!cls.ok()) return std::move(cls).error();
-      auto sep = id_of(v["sep"]);
-      if (!sep.ok()) return std::move(sep).error();
-      template_ = {{false, {*cls}}, {true, {}}, {false, {*sep}}};
-      return {};
-    }
-    return make_error(errc::unsupported, "post-processor type \"", type, "\"");
-  }
-
-  void guess_specials() {
-    auto first_of = [&](std::initializer_list<std::string_view> names) -> std::int32_t {
-      for (std::string_view n : names)
-        if (auto id = find(n)) return *id;
-      return -1;
-    };
-    specials_.bos = first_of({"<|bos|>", "<BOS>", "<s>", "<|begin_of_text|>", "<|startoftext|>",
-                              "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[BOS]"});
-    specials_.eos = first_of({"<|eos|>", "<EOS>", "</s>", "<|end_of_text|>", "<|endoftext|>",
-                              "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[EOS]"});
-    specials_.pad = first_of({"<|pad|>", "<PAD>", "<pad>", "[PAD]", "<|fim_pad|>"});
-    specials_.unk = unk_id_ >= 0 ? unk_id_ : first_of({"<|unk|>", "<UNK>", "<unk>", "[UNK]"});
-    specials_.fim_prefix = first_of({"<|fim_prefix|>", "<FIM_PREFIX>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>"});
-    specials_.fim_suffix = first_of({"<|fim_suffix|>", "<FIM_SUFFIX>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>"});
-    specials_.fim_middle = first_of({"<|fim_middle|>", "<FIM_MIDDLE>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>"});
-    // Added-token tables for matching: raw (special or normalized=false) and normalized.
-    for (std::size_t i = 0; i < added_.size(); ++i) {
-      const added_token& a = added_[i];
-      if (a.normalized && !normalizers_.empty()) {
-        normalized_added_.add(normalize(a.content), i);
-      } else if (a.normalized) {
-        normalized_added_.add(a.content, i);
-      } else {
-        raw_added_.add(a.content, i);
-      }
-    }
-  }
+  void guess_specials();
 
   // Calls fn(id, piece) for the pieces of s in order: fn(id >= 0, token text) for an added
   // token, fn(-1, text) between them (HF's AddedVocabulary::find_matches).
   template <class Fn>
-  void for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const {
-    if (m.empty) {
-      fn(-1, s);
-      return;
-    }
-    std::size_t done = 0, from = 0;
-    while (from < s.size()) {
-      auto [at, e] = m.next(s, from);
-      if (!e) break;
-      const added_token& tok = added_[e->index];
-      std::size_t start = at, stop = at + e->text.size();
-      from = stop;
-      if (tok.special && !opt.parse_special) continue;
-      if (tok.single_word) {
-        std::size_t len = 1;
-        bool word_before = false, word_after = false;
-        if (start > 0) {
-          std::size_t k = start - 1;
-          while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
-          word_before = text::is_word_char(unicode::decode(s, k, len));
-        }
-        if (stop < s.size()) word_after = text::is_word_char(unicode::decode(s, stop, len));
-        if (word_before || word_after) continue;
-      }
-      if (tok.lstrip) {
-        std::size_t k = start;
-        while (k > done) {
-          std::size_t j = k - 1, len = 1;
-          while (j > done && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
-          if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
-          k = j;
-        }
-        start = k;
-      }
-      if (tok.rstrip) {
-        while (stop < s.size()) {
-          std::size_t len = 1;
-          if (!unicode::is_white_space(unicode::decode(s, stop, len))) break;
-          stop += len;
-        }
-        from = stop;
-      }
-      if (done < start) fn(-1, s.substr(done, start - done));
-      fn(tok.id, s.substr(start, stop - start));
-      done = stop;
-    }
-    if (done < s.size() || s.empty()) fn(-1, s.substr(done));
-  }
+  void for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const;
 
   // ---- Normalizers ----
-  std::string normalize(std::string_view in) const {
-    std::string s(in);
-    for (const normalize_step& n : normalizers_) {
-      switch (n.kind) {
-        case normalize_step::nfc: s = unicode::nfc(s); break;
-        case normalize_step::nfd: s = unicode::nfd(s); break;
-        case normalize_step::nfkc: s = unicode::nfkc(s); break;
-        case normalize_step::lowercase: s = text::lowercase(s); break;
-        case normalize_step::strip: s = text::strip_white(s, n.left, n.right); break;
-        case normalize_step::replace: s = text::replace_all(s, n.a, n.re.get(), n.b); break;
-        case normalize_step::prepend:
-          if (!s.empty()) s.insert(0, n.a);
-          break;
-      }
-    }
-    return s;
-  }
+  std::string normalize(std::string_view in) const;
   // ---- Pre-tokenizers ----
 
   // Runs pre-tokenizer `step` on one piece and hands each resulting piece to the next
   // step, the last one to sink (the model). `first` says the piece starts the text
   // (Metaspace's prepend_scheme "first").
   template <class Sink>
-  void pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const {
-    if (step == pre_.size()) return sink(piece);
-    const pre_step& p = pre_[step];
-    auto next = [&](std::string_view sub) { pre_tokenize(step + 1, sub, first && sub.data() == piece.data(), sink); };
-    switch (p.kind) {
-      case pre_step::split:
-        if (p.re)
-          text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::regex_matches(*p.re, piece, f); }, next);
-        else
-          text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::literal_matches(p.literal, piece, f); }, next);
-        return;
-      case pre_step::digits: {
-        auto numeric = [](char32_t c) {
-          if (c < 0x80) return c >= U'0' && c <= U'9';
-          const auto k = unicode::general_category(c);
-          return k == unicode::category::Nd || k == unicode::category::Nl || k == unicode::category::No;
-        };
-        text::split_pieces(piece, p.individual_digits ? text::split_behavior::isolated : text::split_behavior::contiguous, false,
-                     [&](auto&& f) { text::char_matches(piece, numeric, f); }, next);
-        return;
-      }
-      case pre_step::whitespace_split:
-        text::split_pieces(piece, text::split_behavior::removed, false,
-                     [&](auto&& f) { text::char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
-        return;
-      case pre_step::bytes: {
-        std::string prefixed;
-        std::string_view s = piece;
-        if (p.add_prefix_space && (s.empty() || s[0] != ' ')) {
-          prefixed = cat(" ", s);
-          s = prefixed;
-        }
-        if (p.re)
-          text::split_pieces(s, text::split_behavior::isolated, false, [&](auto&& f) { text::regex_matches(*p.re, s, f); },
-                       [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
-        else
-          pre_tokenize(step + 1, s, false, sink);
-        return;
-      }
-      case pre_step::metaspace: {
-        std::string s = text::replace_all(piece, " ", nullptr, p.literal);
-        if ((p.prepend == pre_step::always || (p.prepend == pre_step::first && first)) &&
-            s.compare(0, p.literal.size(), p.literal) != 0)
-          s.insert(0, p.literal);
-        if (!p.split_on_replacement) return pre_tokenize(step + 1, s, false, sink);
-        const std::string_view sv = s;
-        text::split_pieces(sv, text::split_behavior::merged_with_next, false, [&](auto&& f) { text::literal_matches(p.literal, sv, f); },
-                     [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
-        return;
-      }
-    }
-  }
+  void pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const;
 
   // ---- The model ----
-  void model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
-    if (piece.empty()) return;
-    using cache_t = encode_scratch::piece_cache;
-    const bool cacheable = piece.size() <= cache_t::max_piece;
-    cache_t::key k;
-    if (cacheable) {
-      k = cache_t::make_key(piece);
-      if (auto hit = s.cache.find(k); !hit.empty()) {
-        if (hit.size() == 1) out.push_back(hit[0]);
-        else out.insert(out.end(), hit.begin(), hit.end());
-        return;
-      }
-    }
-    const std::size_t first = out.size();
-    model_encode_uncached(piece, out, s);
-    if (cacheable) s.cache.insert(k, std::span(out).subspan(first));
-  }
+  void model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const;
 
-  void model_encode_uncached(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
-    auto& sym = s.symbols;
-    sym.clear();
-    if (byte_mode_) {
-      if (ignore_merges_) {
-        auto it = vocab_bytes_.find(piece);
-        if (it != vocab_bytes_.end()) return out.push_back(it->second);
-      }
-      for (char c : piece) {
-        const std::int32_t id = byte_ids_[static_cast<unsigned char>(c)];
-        if (id >= 0) sym.push_back(id);
-        else if (unk_id_ >= 0 && !(fuse_unk_ && !sym.empty() && sym.back() == unk_id_)) sym.push_back(unk_id_);
-      }
-    } else {
-      if (ignore_merges_) {
-        auto it = vocab_.find(piece);
-        if (it != vocab_.end()) return out.push_back(it->second);
-      }
-      std::string& key = s.text;
-      bool pending_unk = false;
-      for (std::size_t i = 0; i < piece.size();) {
-        std::size_t len = 1;
-        unicode::decode(piece, i, len);
-        key.clear();
-        if (i > 0) key += prefix_;
-        key.append(piece.substr(i, len));
-        if (i + len == piece.size()) key += suffix_;
-        auto it = vocab_.find(key);
-        if (it != vocab_.end()) {
-          if (pending_unk) sym.push_back(unk_id_), pending_unk = false;
-          sym.push_back(it->second);
-        } else {
-          bool done = false;
-          if (byte_fallback_) {
-            std::size_t n0 = sym.size();
-            done = true;
-            for (std::size_t k = 0; k < len && done; ++k) {
-              static constexpr char hex[] = "0123456789ABCDEF";
-              const auto b = static_cast<unsigned char>(piece[i + k]);
-              const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
-              auto bt = vocab_.find(std::string(name, 6));
-              if (bt == vocab_.end()) done = false;
-              else sym.push_back(bt->second);
-            }
-            if (!done) sym.resize(n0);  // (a pending unk stays pending across byte tokens, as in HF)
-          }
-          if (!done && unk_id_ >= 0) {
-            if (pending_unk && !fuse_unk_) sym.push_back(unk_id_);
-            pending_unk = true;
-          }
-        }
-        i += len;
-      }
-      if (pending_unk) sym.push_back(unk_id_);
-    }
-    merges_.merge(sym, s.bpe);
-    out.insert(out.end(), sym.begin(), sym.end());
-  }
+  void model_encode_uncached(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const;
 
-  void add_template(bool before, std::vector<std::int32_t>& out) const {
-    bool seen_sequence = false;
-    for (const template_item& t : template_) {
-      if (t.sequence) {
-        seen_sequence = true;
-        continue;
-      }
-      if (seen_sequence != before) out.insert(out.end(), t.ids.begin(), t.ids.end());
-    }
-  }
+  void add_template(bool before, std::vector<std::int32_t>& out) const;
 
   // ---- Decoders (HF's decode_chain, on the list of token texts) ----
-  void run_decoder(const decode_step& d, std::vector<std::string>& toks) const {
-    switch (d.kind) {
-      case decode_step::bytes:
-        for (std::string& t : toks)
-          if (auto b = text::bytes_of(t)) t = std::move(*b);
-        return;
-      case decode_step::metaspace:
-        for (std::size_t i = 0; i < toks.size(); ++i)
-          toks[i] = text::replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
-        return;
-      case decode_step::replace:
-        for (std::string& t : toks) t = text::replace_all(t, d.a, d.re.get(), d.b);
-        return;
-      case decode_step::byte_fallback: {
-        std::vector<std::string> out;
-        std::string bytes;
-        for (std::string& t : toks) {
-          auto hexval = [](char c) -> int {
-            return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-          };
-          if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hexval(t[3]) >= 0 && hexval(t[4]) >= 0) {
-            bytes.push_back(static_cast<char>(hexval(t[3]) * 16 + hexval(t[4])));
-            continue;
-          }
-          if (!bytes.empty()) out.push_back(std::exchange(bytes, {}));
-          out.push_back(std::move(t));
-        }
-        if (!bytes.empty()) out.push_back(std::move(bytes));
-        toks = std::move(out);
-        return;
-      }
-      case decode_step::fuse: {
-        std::string all;
-        for (const std::string& t : toks) all += t;
-        toks.assign(1, std::move(all));
-        return;
-      }
-      case decode_step::strip:
-        for (std::string& t : toks) {
-          std::size_t b = 0, e = t.size();
-          for (std::size_t k = 0; k < d.start && e - b >= d.a.size() && t.compare(b, d.a.size(), d.a) == 0; ++k) b += d.a.size();
-          for (std::size_t k = 0; k < d.stop && e - b >= d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0; ++k)
-            e -= d.a.size();
-          t = t.substr(b, e - b);
-        }
-        return;
-      case decode_step::bpe_suffix:
-        for (std::size_t i = 0; i < toks.size(); ++i)
-          toks[i] = text::replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
-        return;
-    }
-  }
+  void run_decoder(const decode_step& d, std::vector<std::string>& toks) const;
 
   // Transparent hashing so lookups take string_view pieces without a copy.
   struct text_hash {
@@ -1037,5 +336,784 @@ class tokenizer {
   std::uint64_t fingerprint_ = 1;
   std::string normalizer_names_, pre_names_, decoder_names_;
 };
+
+#if SLM_DEFINE_TEXT
+
+// Member templates that only encode() calls (instantiated where encode() is defined).
+template <class Fn>
+void tokenizer::for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const {
+  if (m.empty) {
+    fn(-1, s);
+    return;
+  }
+  std::size_t done = 0, from = 0;
+  while (from < s.size()) {
+    auto [at, e] = m.next(s, from);
+    if (!e) break;
+    const added_token& tok = added_[e->index];
+    std::size_t start = at, stop = at + e->text.size();
+    from = stop;
+    if (tok.special && !opt.parse_special) continue;
+    if (tok.single_word) {
+      std::size_t len = 1;
+      bool word_before = false, word_after = false;
+      if (start > 0) {
+        std::size_t k = start - 1;
+        while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+        word_before = text::is_word_char(unicode::decode(s, k, len));
+      }
+      if (stop < s.size()) word_after = text::is_word_char(unicode::decode(s, stop, len));
+      if (word_before || word_after) continue;
+    }
+    if (tok.lstrip) {
+      std::size_t k = start;
+      while (k > done) {
+        std::size_t j = k - 1, len = 1;
+        while (j > done && (static_cast<unsigned char>(s[j]) & 0xC0) == 0x80) --j;
+        if (!unicode::is_white_space(unicode::decode(s, j, len))) break;
+        k = j;
+      }
+      start = k;
+    }
+    if (tok.rstrip) {
+      while (stop < s.size()) {
+        std::size_t len = 1;
+        if (!unicode::is_white_space(unicode::decode(s, stop, len))) break;
+        stop += len;
+      }
+      from = stop;
+    }
+    if (done < start) fn(-1, s.substr(done, start - done));
+    fn(tok.id, s.substr(start, stop - start));
+    done = stop;
+  }
+  if (done < s.size() || s.empty()) fn(-1, s.substr(done));
+}
+
+template <class Sink>
+void tokenizer::pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const {
+  if (step == pre_.size()) return sink(piece);
+  const pre_step& p = pre_[step];
+  auto next = [&](std::string_view sub) { pre_tokenize(step + 1, sub, first && sub.data() == piece.data(), sink); };
+  switch (p.kind) {
+    case pre_step::split:
+      if (p.re)
+        text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::regex_matches(*p.re, piece, f); }, next);
+      else
+        text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::literal_matches(p.literal, piece, f); }, next);
+      return;
+    case pre_step::digits: {
+      auto numeric = [](char32_t c) {
+        if (c < 0x80) return c >= U'0' && c <= U'9';
+        const auto k = unicode::general_category(c);
+        return k == unicode::category::Nd || k == unicode::category::Nl || k == unicode::category::No;
+      };
+      text::split_pieces(piece, p.individual_digits ? text::split_behavior::isolated : text::split_behavior::contiguous, false,
+                   [&](auto&& f) { text::char_matches(piece, numeric, f); }, next);
+      return;
+    }
+    case pre_step::whitespace_split:
+      text::split_pieces(piece, text::split_behavior::removed, false,
+                   [&](auto&& f) { text::char_matches(piece, [](char32_t c) { return unicode::is_white_space(c); }, f); }, next);
+      return;
+    case pre_step::bytes: {
+      std::string prefixed;
+      std::string_view s = piece;
+      if (p.add_prefix_space && (s.empty() || s[0] != ' ')) {
+        prefixed = cat(" ", s);
+        s = prefixed;
+      }
+      if (p.re)
+        text::split_pieces(s, text::split_behavior::isolated, false, [&](auto&& f) { text::regex_matches(*p.re, s, f); },
+                     [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+      else
+        pre_tokenize(step + 1, s, false, sink);
+      return;
+    }
+    case pre_step::metaspace: {
+      std::string s = text::replace_all(piece, " ", nullptr, p.literal);
+      if ((p.prepend == pre_step::always || (p.prepend == pre_step::first && first)) &&
+          s.compare(0, p.literal.size(), p.literal) != 0)
+        s.insert(0, p.literal);
+      if (!p.split_on_replacement) return pre_tokenize(step + 1, s, false, sink);
+      const std::string_view sv = s;
+      text::split_pieces(sv, text::split_behavior::merged_with_next, false, [&](auto&& f) { text::literal_matches(p.literal, sv, f); },
+                   [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+      return;
+    }
+  }
+}
+
+SLM_INLINE result<tokenizer> tokenizer::load(const std::filesystem::path& file) {
+  auto text = read_text_file(file, std::size_t{512} << 20);
+  if (!text.ok()) return std::move(text).error();
+  auto t = parse(*text);
+  if (!t.ok()) return std::move(t).take_error().with_context(file.string());
+  return t;
+}
+
+SLM_INLINE result<tokenizer> tokenizer::load_dir(const std::filesystem::path& dir) {
+  auto t = load(dir / "tokenizer.json");
+  if (!t.ok()) return t;
+  std::error_code ec;
+  if (std::filesystem::exists(dir / "tokenizer_config.json", ec)) {
+    auto text = read_text_file(dir / "tokenizer_config.json", std::size_t{64} << 20);
+    if (!text.ok()) return std::move(text).error();
+    auto cfg = json::parse(*text);
+    if (!cfg.ok()) return std::move(cfg).take_error().with_context((dir / "tokenizer_config.json").string());
+    auto pick = [&](std::string_view key, std::int32_t& slot) {
+      const json::value& v = (*cfg)[key];
+      std::string_view name = v.is_string() ? v.as_string() : v.get_string("content");
+      if (auto id = t->find(name)) slot = *id;
+    };
+    pick("bos_token", t->specials_.bos);
+    pick("eos_token", t->specials_.eos);
+    pick("pad_token", t->specials_.pad);
+    pick("unk_token", t->specials_.unk);
+  }
+  return t;
+}
+
+SLM_INLINE result<tokenizer> tokenizer::parse(std::string_view json_text) {
+  auto doc = json::parse(json_text);
+  if (!doc.ok()) return std::move(doc).take_error().with_context("tokenizer.json");
+  tokenizer t;
+  SLM_TRY(t.build(*doc));
+  t.fingerprint_ = encode_scratch::piece_cache::fnv1a(json_text) | 1;  // never 0 (an unused cache)
+  return t;
+}
+
+SLM_INLINE result<std::vector<std::int32_t>> tokenizer::encode(std::string_view text, const encode_options& opt) const {
+  std::vector<std::int32_t> ids;
+  encode_scratch s;
+  SLM_TRY(encode(text, ids, s, opt));
+  return ids;
+}
+
+SLM_INLINE status tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, encode_scratch& s,
+              const encode_options& opt) const {
+  if (s.cache.owner != fingerprint_) s.cache.reset(fingerprint_);
+  if (opt.add_special_tokens) add_template(true, out);
+  // 1. Added tokens matched on the raw text (special ones, normalized=false ones).
+  for_each_added(text, raw_added_, opt, [&](std::int32_t id, std::string_view piece) {
+    if (id >= 0) return out.push_back(id);
+    // 2. The rest normalized, then 3. normalized added tokens split out of it.
+    std::string normalized;
+    std::string_view view = piece;
+    if (!normalizers_.empty()) {
+      normalized = normalize(piece);
+      view = normalized;
+    }
+    for_each_added(view, normalized_added_, opt, [&](std::int32_t id2, std::string_view rest) {
+      if (id2 >= 0) return out.push_back(id2);
+      // 4. Pre-tokenizers, then the model on each piece.
+      pre_tokenize(0, rest, rest.data() == text.data(), [&](std::string_view p) { model_encode(p, out, s); });
+    });
+  });
+  if (opt.add_special_tokens) add_template(false, out);
+  return {};
+}
+
+SLM_INLINE result<std::string> tokenizer::decode(std::span<const std::int32_t> ids, const decode_options& opt) const {
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab_size())
+      return make_error(errc::out_of_range, "decode: token id ", ids[i], " at index ", i,
+                        " is outside the vocabulary [0, ", vocab_size(), ")");
+  std::string out;
+  if (bytes_decoder_) {  // ByteLevel alone: every token is its bytes
+    for (std::int32_t id : ids)
+      if (!(opt.skip_special_tokens && is_special(id))) out += token_bytes_[static_cast<std::size_t>(id)];
+    return out;
+  }
+  std::vector<std::string> toks;
+  toks.reserve(ids.size());
+  for (std::int32_t id : ids)
+    if (!(opt.skip_special_tokens && is_special(id)) && has_token_[static_cast<std::size_t>(id)])
+      toks.push_back(tokens_[static_cast<std::size_t>(id)]);
+  if (decoders_.empty()) {
+    for (std::size_t i = 0; i < toks.size(); ++i) {
+      if (i) out.push_back(' ');
+      out += toks[i];
+    }
+    return out;
+  }
+  for (const decode_step& d : decoders_) run_decoder(d, toks);
+  for (const std::string& t : toks) out += t;
+  return out;
+}
+
+SLM_INLINE std::optional<std::int32_t> tokenizer::find(std::string_view content) const {
+  for (const added_token& a : added_)
+    if (a.content == content) return a.id;
+  auto it = vocab_.find(std::string(content));
+  if (it != vocab_.end()) return it->second;
+  return std::nullopt;
+}
+
+SLM_INLINE bool tokenizer::lossless() const noexcept {
+  if (!byte_mode_ || !normalizers_.empty() || !bytes_decoder_) return false;
+  for (const added_token& a : added_)
+    if (a.lstrip || a.rstrip) return false;
+  return true;
+}
+
+SLM_INLINE std::string tokenizer::summary() const {
+  std::size_t n_special = 0;
+  for (const added_token& a : added_) n_special += a.special;
+  std::string s = cat("BPE, ", vocab_size(), " tokens (", merges_.size(), " merges)", byte_mode_ ? ", byte-level" : "");
+  if (!unk_token_.empty()) s += cat(", unk ", unk_token_);
+  if (byte_fallback_) s += ", byte fallback";
+  if (!normalizer_names_.empty()) s += cat(", normalizer ", normalizer_names_);
+  if (!pre_names_.empty()) s += cat(", pre-tokenizer ", pre_names_);
+  s += cat(", decoder ", decoder_names_.empty() ? std::string("none") : decoder_names_);
+  s += cat(", ", added_.size(), " added tokens (", n_special, " special)");
+  return s;
+}
+
+SLM_INLINE status tokenizer::build(const json::value& doc) {
+  if (!doc.is_object()) return make_error(errc::parse_error, "tokenizer.json: the top level is not an object");
+  const json::value& bpe_model = doc["model"];
+  if (!bpe_model.is_object()) return make_error(errc::parse_error, "tokenizer.json: no \"model\" object");
+  const std::string_view type = bpe_model.get_string("type", "BPE");
+  if (type != "BPE")
+    return make_error(errc::unsupported, "tokenizer.json: model type \"", type,
+                      "\" is not supported (slm implements BPE: GPT-2 / Llama-3 / Qwen / DeepSeek style)");
+  if (status st_ = parse_pre_tokenizer(doc["pre_tokenizer"]); !st_.ok()) return std::move(st_).with_context("pre_tokenizer");
+  if (status st_ = parse_vocab(bpe_model); !st_.ok()) return std::move(st_).with_context("model");
+  if (status st_ = parse_added(doc["added_tokens"]); !st_.ok()) return std::move(st_).with_context("added_tokens");
+  if (status st_ = parse_normalizer(doc["normalizer"]); !st_.ok()) return std::move(st_).with_context("normalizer");
+  for (const added_token& a : added_)
+    if (a.normalized && !normalizers_.empty()) tokens_[static_cast<std::size_t>(a.id)] = normalize(a.content);
+  if (status st_ = parse_decoder(doc["decoder"]); !st_.ok()) return std::move(st_).with_context("decoder");
+  if (status st_ = parse_post(doc["post_processor"]); !st_.ok()) return std::move(st_).with_context("post_processor");
+  // Token bytes for the byte-level decoder (added tokens through the same map, as HF's
+  // ByteLevel decoder does; a character outside the alphabet keeps its UTF-8 bytes).
+  if (bytes_decoder_) {
+    token_bytes_.resize(tokens_.size());
+    for (std::size_t i = 0; i < tokens_.size(); ++i) {
+      auto b = text::bytes_of(tokens_[i]);
+      token_bytes_[i] = b ? std::move(*b) : tokens_[i];
+    }
+  }
+  guess_specials();
+  return {};
+}
+
+SLM_INLINE result<std::shared_ptr<const regex>> tokenizer::compile_pattern(const json::value& pattern, std::string* literal) {
+  if (const json::value* r = pattern.find("Regex"); r && r->is_string()) {
+    auto re = regex::compile(r->as_string());
+    if (!re.ok()) return std::move(re).take_error().with_context("pattern");
+    return std::make_shared<const regex>(std::move(*re));
+  }
+  if (const json::value* s = pattern.find("String"); s && s->is_string()) {
+    *literal = std::string(s->as_string());
+    if (literal->empty()) return make_error(errc::invalid_argument, "an empty String pattern");
+    return std::shared_ptr<const regex>();
+  }
+  return make_error(errc::parse_error, "pattern: expected {\"Regex\": ...} or {\"String\": ...}");
+}
+
+SLM_INLINE result<text::split_behavior> tokenizer::parse_behavior(std::string_view b) {
+  if (b == "Isolated") return text::split_behavior::isolated;
+  if (b == "Removed") return text::split_behavior::removed;
+  if (b == "MergedWithPrevious") return text::split_behavior::merged_with_previous;
+  if (b == "MergedWithNext") return text::split_behavior::merged_with_next;
+  if (b == "Contiguous") return text::split_behavior::contiguous;
+  return make_error(errc::unsupported, "split behavior \"", b, "\"");
+}
+
+SLM_INLINE status tokenizer::parse_pre_tokenizer(const json::value& v) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+  const std::string_view type = v.get_string("type");
+  if (type == "Sequence") {
+    const json::value& list = v["pretokenizers"];
+    if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"pretokenizers\"");
+    for (const json::value& p : list.items()) SLM_TRY(parse_pre_tokenizer(p));
+    return {};
+  }
+  if (!pre_.empty() && pre_.back().kind == pre_step::bytes)
+    return make_error(errc::unsupported, "a pre-tokenizer (", type, ") after ByteLevel");
+  pre_step s{};
+  if (type == "Split") {
+    s.kind = pre_step::split;
+    auto re = compile_pattern(v["pattern"], &s.literal);
+    if (!re.ok()) return std::move(re).take_error().with_context("Split");
+    s.re = std::move(*re);
+    auto b = parse_behavior(v.get_string("behavior", "Isolated"));
+    if (!b.ok()) return std::move(b).take_error().with_context("Split");
+    s.behavior = *b;
+    s.invert = v.get_bool("invert", false);
+  } else if (type == "ByteLevel") {
+    s.kind = pre_step::bytes;
+    s.add_prefix_space = v.get_bool("add_prefix_space", false);
+    if (v.get_bool("use_regex", true)) {
+      auto re = regex::compile(R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)");
+      if (!re.ok()) return std::move(re).take_error().with_context("ByteLevel");
+      s.re = std::make_shared<const regex>(std::move(*re));
+    }
+    byte_mode_ = true;
+  } else if (type == "Digits") {
+    s.kind = pre_step::digits;
+    s.individual_digits = v.get_bool("individual_digits", false);
+  } else if (type == "WhitespaceSplit") {
+    s.kind = pre_step::whitespace_split;
+  } else if (type == "Whitespace") {  // \w+|[^\w\s]+, the matches kept
+    s.kind = pre_step::split;
+    auto re = regex::compile(R"(\w+|[^\w\s]+)");
+    if (!re.ok()) return std::move(re).take_error().with_context("Whitespace");
+    s.re = std::make_shared<const regex>(std::move(*re));
+    s.behavior = text::split_behavior::removed;
+    s.invert = true;
+  } else if (type == "Metaspace") {
+    s.kind = pre_step::metaspace;
+    s.literal = std::string(v.get_string("replacement", "\xE2\x96\x81"));
+    const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
+    s.prepend = scheme == "never" ? pre_step::never : scheme == "first" ? pre_step::first : pre_step::always;
+    s.split_on_replacement = v.get_bool("split", true);
+  } else {
+    return make_error(errc::unsupported, "pre-tokenizer type \"", type, "\"");
+  }
+  pre_names_ += cat(pre_names_.empty() ? "" : "+", type);
+  pre_.push_back(std::move(s));
+  return {};
+}
+
+SLM_INLINE status tokenizer::parse_normalizer(const json::value& v) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+  const std::string_view type = v.get_string("type");
+  if (type == "Sequence") {
+    const json::value& list = v["normalizers"];
+    if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"normalizers\"");
+    for (const json::value& n : list.items()) SLM_TRY(parse_normalizer(n));
+    return {};
+  }
+  normalize_step s{};
+  if (type == "NFC") s.kind = normalize_step::nfc;
+  else if (type == "NFD") s.kind = normalize_step::nfd;
+  else if (type == "NFKC") s.kind = normalize_step::nfkc;
+  else if (type == "Lowercase") s.kind = normalize_step::lowercase;
+  else if (type == "Strip") {
+    s.kind = normalize_step::strip;
+    s.left = v.get_bool("strip_left", true);
+    s.right = v.get_bool("strip_right", true);
+  } else if (type == "Replace") {
+    s.kind = normalize_step::replace;
+    auto re = compile_pattern(v["pattern"], &s.a);
+    if (!re.ok()) return std::move(re).take_error().with_context("Replace");
+    s.re = std::move(*re);
+    s.b = std::string(v.get_string("content"));
+  } else if (type == "Prepend") {
+    s.kind = normalize_step::prepend;
+    s.a = std::string(v.get_string("prepend"));
+  } else {
+    return make_error(errc::unsupported, "normalizer type \"", type, "\"");
+  }
+  normalizer_names_ += cat(normalizer_names_.empty() ? "" : "+", type);
+  normalizers_.push_back(std::move(s));
+  return {};
+}
+
+SLM_INLINE status tokenizer::parse_decoder(const json::value& v) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+  const std::string_view type = v.get_string("type");
+  if (type == "Sequence") {
+    const json::value& list = v["decoders"];
+    if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"decoders\"");
+    for (const json::value& d : list.items()) SLM_TRY(parse_decoder(d));
+    bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
+    return {};
+  }
+  decode_step s{};
+  if (type == "ByteLevel") s.kind = decode_step::bytes;
+  else if (type == "Metaspace") {
+    s.kind = decode_step::metaspace;
+    s.a = std::string(v.get_string("replacement", "\xE2\x96\x81"));
+    const std::string_view scheme = v.get_string("prepend_scheme", v.get_bool("add_prefix_space", true) ? "always" : "never");
+    s.metaspace_strip_first = scheme != "never";
+  } else if (type == "Replace") {
+    s.kind = decode_step::replace;
+    auto re = compile_pattern(v["pattern"], &s.a);
+    if (!re.ok()) return std::move(re).take_error().with_context("Replace");
+    s.re = std::move(*re);
+    s.b = std::string(v.get_string("content"));
+  } else if (type == "ByteFallback") s.kind = decode_step::byte_fallback;
+  else if (type == "Fuse") s.kind = decode_step::fuse;
+  else if (type == "Strip") {
+    s.kind = decode_step::strip;
+    s.a = std::string(v.get_string("content", " "));
+    s.start = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("start", 0)));
+    s.stop = static_cast<std::size_t>(std::max<std::int64_t>(0, v.get_int64("stop", 0)));
+  } else if (type == "BPEDecoder") {
+    s.kind = decode_step::bpe_suffix;
+    s.a = std::string(v.get_string("suffix", "</w>"));
+  } else {
+    return make_error(errc::unsupported, "decoder type \"", type, "\"");
+  }
+  decoder_names_ += cat(decoder_names_.empty() ? "" : "+", type);
+  decoders_.push_back(std::move(s));
+  bytes_decoder_ = decoders_.size() == 1 && decoders_[0].kind == decode_step::bytes;
+  return {};
+}
+
+SLM_INLINE status tokenizer::set_token(std::int32_t id, std::string_view content) {
+  if (id < 0 || static_cast<std::size_t>(id) >= max_vocab)
+    return make_error(errc::out_of_range, "token id ", id, " (\"", content.substr(0, 64), "\") outside [0, ", max_vocab, ")");
+  if (content.size() > max_token_bytes)
+    return make_error(errc::out_of_range, "token ", id, " is ", content.size(), " bytes long (at most ", max_token_bytes, ")");
+  const auto i = static_cast<std::size_t>(id);
+  if (i >= tokens_.size()) {
+    tokens_.resize(i + 1);
+    has_token_.resize(i + 1, false);
+    special_.resize(i + 1, false);
+  }
+  tokens_[i] = std::string(content);
+  has_token_[i] = true;
+  return {};
+}
+
+SLM_INLINE status tokenizer::parse_vocab(const json::value& bpe_model) {
+  const json::value& vocab = bpe_model["vocab"];
+  if (!vocab.is_object()) return make_error(errc::parse_error, "no \"vocab\" object");
+  if (vocab.size() > max_vocab) return make_error(errc::out_of_range, vocab.size(), " vocabulary entries (at most ", max_vocab, ")");
+  vocab_.reserve(vocab.size());
+  for (const json::member& m : vocab.members()) {
+    const auto id = m.val.as_int64();
+    if (!id || !m.val.is_number()) return make_error(errc::parse_error, "vocab entry \"", m.key, "\" is not an integer id");
+    SLM_TRY(set_token(static_cast<std::int32_t>(*id), m.key));
+    if (!vocab_.emplace(m.key, static_cast<std::int32_t>(*id)).second)
+      return make_error(errc::parse_error, "vocab entry \"", m.key, "\" appears twice");
+  }
+  unk_token_ = std::string(bpe_model.get_string("unk_token"));
+  if (!unk_token_.empty()) {
+    auto it = vocab_.find(unk_token_);
+    if (it == vocab_.end()) return make_error(errc::parse_error, "unk_token \"", unk_token_, "\" is not in the vocabulary");
+    unk_id_ = it->second;
+  }
+  byte_fallback_ = bpe_model.get_bool("byte_fallback", false);
+  fuse_unk_ = bpe_model.get_bool("fuse_unk", false);
+  ignore_merges_ = bpe_model.get_bool("ignore_merges", false);
+  prefix_ = std::string(bpe_model.get_string("continuing_subword_prefix"));
+  suffix_ = std::string(bpe_model.get_string("end_of_word_suffix"));
+  if (byte_mode_ && (!prefix_.empty() || !suffix_.empty() || byte_fallback_))
+    return make_error(errc::unsupported, "a byte-level BPE with a continuing-subword prefix, end-of-word suffix or byte fallback");
+
+  // Merges: "a b" strings or ["a", "b"] pairs, rank = position.
+  const json::value& merges = bpe_model["merges"];
+  if (!merges.is_null() && !merges.is_array()) return make_error(errc::parse_error, "\"merges\" is not an array");
+  merges_.reserve(merges.size());
+  std::uint32_t rank = 0;
+  for (const json::value& m : merges.items()) {
+    std::string_view a, b;
+    if (m.is_string()) {
+      const std::string_view s = m.as_string();
+      const auto sp = s.find(' ');
+      if (sp == std::string_view::npos || s.find(' ', sp + 1) != std::string_view::npos)
+        return make_error(errc::parse_error, "merge ", rank, " \"", s.substr(0, 64), "\" is not two tokens separated by one space");
+      a = s.substr(0, sp), b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].as_string(), b = m[1].as_string();
+    } else {
+      return make_error(errc::parse_error, "merge ", rank, " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    auto ia = vocab_.find(std::string(a)), ib = vocab_.find(std::string(b));
+    if (ia == vocab_.end() || ib == vocab_.end())
+      return make_error(errc::parse_error, "merge ", rank, " (\"", a.substr(0, 64), "\", \"", b.substr(0, 64),
+                        "\"): a part is not in the vocabulary");
+    std::string merged(a);
+    merged += b.substr(std::min(b.size(), b.substr(0, prefix_.size()) == prefix_ ? prefix_.size() : std::size_t{0}));
+    auto im = vocab_.find(merged);
+    if (im == vocab_.end())
+      return make_error(errc::parse_error, "merge ", rank, ": the merged token \"", std::string_view(merged).substr(0, 64),
+                        "\" is not in the vocabulary");
+    merges_.add(ia->second, ib->second, im->second, rank);
+    ++rank;
+  }
+
+  if (byte_mode_) {
+    // Initial symbols: the token of each single byte; the vocabulary by bytes.
+    const auto chars = text::byte_to_char();
+    byte_ids_.fill(-1);
+    for (unsigned b = 0; b < 256; ++b) {
+      std::string s;
+      unicode::append_utf8(s, chars[b]);
+      if (auto it = vocab_.find(s); it != vocab_.end()) byte_ids_[b] = it->second;
+    }
+    if (ignore_merges_) {
+      vocab_bytes_.reserve(vocab_.size());
+      for (const auto& [entry, id] : vocab_)
+        if (auto bytes = text::bytes_of(entry)) vocab_bytes_.emplace(std::move(*bytes), id);
+    }
+  }
+  return {};
+}
+
+SLM_INLINE status tokenizer::parse_added(const json::value& list) {
+  if (list.is_null()) return {};
+  if (!list.is_array()) return make_error(errc::parse_error, "expected an array");
+  for (const json::value& v : list.items()) {
+    added_token a;
+    const auto id = v["id"].as_int64();
+    if (!id || !v["content"].is_string()) return make_error(errc::parse_error, "an entry without an integer id and a content string");
+    a.id = static_cast<std::int32_t>(*id);
+    a.content = std::string(v["content"].as_string());
+    if (a.content.empty()) return make_error(errc::parse_error, "token ", a.id, " has empty content");
+    a.special = v.get_bool("special", false);
+    a.single_word = v.get_bool("single_word", false);
+    a.lstrip = v.get_bool("lstrip", false);
+    a.rstrip = v.get_bool("rstrip", false);
+    a.normalized = v.get_bool("normalized", !a.special);
+    // A normalized token's text is its normalized form (HF stores it so: decode shows it).
+    SLM_TRY(set_token(a.id, a.content));
+    if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+    added_.push_back(std::move(a));
+  }
+  return {};
+}
+
+SLM_INLINE status tokenizer::parse_post(const json::value& v) {
+  if (v.is_null()) return {};
+  if (!v.is_object()) return make_error(errc::parse_error, "expected an object or null");
+  const std::string_view type = v.get_string("type");
+  auto id_of = [&](const json::value& pair) -> result<std::int32_t> {  // ["<s>", 1]
+    if (!pair.is_array() || pair.size() != 2 || !pair[1].as_int64())
+      return make_error(errc::parse_error, type, ": a special token is not [\"token\", id]");
+    return static_cast<std::int32_t>(*pair[1].as_int64());
+  };
+  if (type == "Sequence") {
+    const json::value& list = v["processors"];
+    if (!list.is_array()) return make_error(errc::parse_error, "Sequence without \"processors\"");
+    for (const json::value& p : list.items()) SLM_TRY(parse_post(p));
+    return {};
+  }
+  if (type == "ByteLevel") return {};  // offsets only
+  if (type == "TemplateProcessing") {
+    const json::value& single = v["single"];
+    if (!single.is_array()) return make_error(errc::parse_error, "TemplateProcessing without \"single\"");
+    const json::value& table = v["special_tokens"];
+    std::vector<template_item> items;
+    for (const json::value& piece : single.items()) {
+      if (piece.find("Sequence")) {
+        items.push_back({true, {}});
+        continue;
+      }
+      const json::value* sp = piece.find("SpecialToken");
+      if (!sp) return make_error(errc::parse_error, "TemplateProcessing: an item is neither Sequence nor SpecialToken");
+      const std::string_view name = sp->get_string("id");
+      const json::value* entry = table.find(name);
+      if (!entry) return make_error(errc::parse_error, "TemplateProcessing: special token \"", name, "\" is not in special_tokens");
+      template_item it;
+      for (const json::value& id : (*entry)["ids"].items()) {
+        auto n = id.as_int64();
+        if (!n || *n < 0 || static_cast<std::size_t>(*n) >= max_vocab)
+          return make_error(errc::parse_error, "TemplateProcessing: a bad id for \"", name, "\"");
+        it.ids.push_back(static_cast<std::int32_t>(*n));
+      }
+      items.push_back(std::move(it));
+    }
+    template_ = std::move(items);
+    return {};
+  }
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    auto cls = id_of(v["cls"]);
+    if (!cls.ok()) return std::move(cls).error();
+    auto sep = id_of(v["sep"]);
+    if (!sep.ok()) return std::move(sep).error();
+    template_ = {{false, {*cls}}, {true, {}}, {false, {*sep}}};
+    return {};
+  }
+  return make_error(errc::unsupported, "post-processor type \"", type, "\"");
+}
+
+SLM_INLINE void tokenizer::guess_specials() {
+  auto first_of = [&](std::initializer_list<std::string_view> names) -> std::int32_t {
+    for (std::string_view n : names)
+      if (auto id = find(n)) return *id;
+    return -1;
+  };
+  specials_.bos = first_of({"<|bos|>", "<BOS>", "<s>", "<|begin_of_text|>", "<|startoftext|>",
+                            "<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[BOS]"});
+  specials_.eos = first_of({"<|eos|>", "<EOS>", "</s>", "<|end_of_text|>", "<|endoftext|>",
+                            "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", "[EOS]"});
+  specials_.pad = first_of({"<|pad|>", "<PAD>", "<pad>", "[PAD]", "<|fim_pad|>"});
+  specials_.unk = unk_id_ >= 0 ? unk_id_ : first_of({"<|unk|>", "<UNK>", "<unk>", "[UNK]"});
+  specials_.fim_prefix = first_of({"<|fim_prefix|>", "<FIM_PREFIX>", "<fim_prefix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>"});
+  specials_.fim_suffix = first_of({"<|fim_suffix|>", "<FIM_SUFFIX>", "<fim_suffix>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "hole\xEF\xBD\x9C>"});
+  specials_.fim_middle = first_of({"<|fim_middle|>", "<FIM_MIDDLE>", "<fim_middle>", "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>"});
+  // Added-token tables for matching: raw (special or normalized=false) and normalized.
+  for (std::size_t i = 0; i < added_.size(); ++i) {
+    const added_token& a = added_[i];
+    if (a.normalized && !normalizers_.empty()) {
+      normalized_added_.add(normalize(a.content), i);
+    } else if (a.normalized) {
+      normalized_added_.add(a.content, i);
+    } else {
+      raw_added_.add(a.content, i);
+    }
+  }
+}
+
+SLM_INLINE std::string tokenizer::normalize(std::string_view in) const {
+  std::string s(in);
+  for (const normalize_step& n : normalizers_) {
+    switch (n.kind) {
+      case normalize_step::nfc: s = unicode::nfc(s); break;
+      case normalize_step::nfd: s = unicode::nfd(s); break;
+      case normalize_step::nfkc: s = unicode::nfkc(s); break;
+      case normalize_step::lowercase: s = text::lowercase(s); break;
+      case normalize_step::strip: s = text::strip_white(s, n.left, n.right); break;
+      case normalize_step::replace: s = text::replace_all(s, n.a, n.re.get(), n.b); break;
+      case normalize_step::prepend:
+        if (!s.empty()) s.insert(0, n.a);
+        break;
+    }
+  }
+  return s;
+}
+
+SLM_INLINE void tokenizer::model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
+  if (piece.empty()) return;
+  using cache_t = encode_scratch::piece_cache;
+  const bool cacheable = piece.size() <= cache_t::max_piece;
+  cache_t::key k;
+  if (cacheable) {
+    k = cache_t::make_key(piece);
+    if (auto hit = s.cache.find(k); !hit.empty()) {
+      if (hit.size() == 1) out.push_back(hit[0]);
+      else out.insert(out.end(), hit.begin(), hit.end());
+      return;
+    }
+  }
+  const std::size_t first = out.size();
+  model_encode_uncached(piece, out, s);
+  if (cacheable) s.cache.insert(k, std::span(out).subspan(first));
+}
+
+SLM_INLINE void tokenizer::model_encode_uncached(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
+  auto& sym = s.symbols;
+  sym.clear();
+  if (byte_mode_) {
+    if (ignore_merges_) {
+      auto it = vocab_bytes_.find(piece);
+      if (it != vocab_bytes_.end()) return out.push_back(it->second);
+    }
+    for (char c : piece) {
+      const std::int32_t id = byte_ids_[static_cast<unsigned char>(c)];
+      if (id >= 0) sym.push_back(id);
+      else if (unk_id_ >= 0 && !(fuse_unk_ && !sym.empty() && sym.back() == unk_id_)) sym.push_back(unk_id_);
+    }
+  } else {
+    if (ignore_merges_) {
+      auto it = vocab_.find(piece);
+      if (it != vocab_.end()) return out.push_back(it->second);
+    }
+    std::string& key = s.text;
+    bool pending_unk = false;
+    for (std::size_t i = 0; i < piece.size();) {
+      std::size_t len = 1;
+      unicode::decode(piece, i, len);
+      key.clear();
+      if (i > 0) key += prefix_;
+      key.append(piece.substr(i, len));
+      if (i + len == piece.size()) key += suffix_;
+      auto it = vocab_.find(key);
+      if (it != vocab_.end()) {
+        if (pending_unk) sym.push_back(unk_id_), pending_unk = false;
+        sym.push_back(it->second);
+      } else {
+        bool done = false;
+        if (byte_fallback_) {
+          std::size_t n0 = sym.size();
+          done = true;
+          for (std::size_t k = 0; k < len && done; ++k) {
+            static constexpr char hex[] = "0123456789ABCDEF";
+            const auto b = static_cast<unsigned char>(piece[i + k]);
+            const char name[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+            auto bt = vocab_.find(std::string(name, 6));
+            if (bt == vocab_.end()) done = false;
+            else sym.push_back(bt->second);
+          }
+          if (!done) sym.resize(n0);  // (a pending unk stays pending across byte tokens, as in HF)
+        }
+        if (!done && unk_id_ >= 0) {
+          if (pending_unk && !fuse_unk_) sym.push_back(unk_id_);
+          pending_unk = true;
+        }
+      }
+      i += len;
+    }
+    if (pending_unk) sym.push_back(unk_id_);
+  }
+  merges_.merge(sym, s.bpe);
+  out.insert(out.end(), sym.begin(), sym.end());
+}
+
+SLM_INLINE void tokenizer::add_template(bool before, std::vector<std::int32_t>& out) const {
+  bool seen_sequence = false;
+  for (const template_item& t : template_) {
+    if (t.sequence) {
+      seen_sequence = true;
+      continue;
+    }
+    if (seen_sequence != before) out.insert(out.end(), t.ids.begin(), t.ids.end());
+  }
+}
+
+SLM_INLINE void tokenizer::run_decoder(const decode_step& d, std::vector<std::string>& toks) const {
+  switch (d.kind) {
+    case decode_step::bytes:
+      for (std::string& t : toks)
+        if (auto b = text::bytes_of(t)) t = std::move(*b);
+      return;
+    case decode_step::metaspace:
+      for (std::size_t i = 0; i < toks.size(); ++i)
+        toks[i] = text::replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
+      return;
+    case decode_step::replace:
+      for (std::string& t : toks) t = text::replace_all(t, d.a, d.re.get(), d.b);
+      return;
+    case decode_step::byte_fallback: {
+      std::vector<std::string> out;
+      std::string bytes;
+      for (std::string& t : toks) {
+        auto hexval = [](char c) -> int {
+          return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        };
+        if (t.size() == 6 && t.compare(0, 3, "<0x") == 0 && t[5] == '>' && hexval(t[3]) >= 0 && hexval(t[4]) >= 0) {
+          bytes.push_back(static_cast<char>(hexval(t[3]) * 16 + hexval(t[4])));
+          continue;
+        }
+        if (!bytes.empty()) out.push_back(std::exchange(bytes, {}));
+        out.push_back(std::move(t));
+      }
+      if (!bytes.empty()) out.push_back(std::move(bytes));
+      toks = std::move(out);
+      return;
+    }
+    case decode_step::fuse: {
+      std::string all;
+      for (const std::string& t : toks) all += t;
+      toks.assign(1, std::move(all));
+      return;
+    }
+    case decode_step::strip:
+      for (std::string& t : toks) {
+        std::size_t b = 0, e = t.size();
+        for (std::size_t k = 0; k < d.start && e - b >= d.a.size() && t.compare(b, d.a.size(), d.a) == 0; ++k) b += d.a.size();
+        for (std::size_t k = 0; k < d.stop && e - b >= d.a.size() && t.compare(e - d.a.size(), d.a.size(), d.a) == 0; ++k)
+          e -= d.a.size();
+        t = t.substr(b, e - b);
+      }
+      return;
+    case decode_step::bpe_suffix:
+      for (std::size_t i = 0; i < toks.size(); ++i)
+        toks[i] = text::replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
+      return;
+  }
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

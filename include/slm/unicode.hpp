@@ -29,7 +29,42 @@ constexpr char32_t invalid_byte(unsigned char b) noexcept { return 0x110000u + b
 constexpr bool is_invalid_byte(char32_t cp) noexcept { return cp >= 0x110000u && cp < 0x110100u; }
 
 // Decodes the code point at s[i] (i < s.size()); len = its length in bytes (1..4).
-inline char32_t decode(std::string_view s, std::size_t i, std::size_t& len) noexcept {
+char32_t decode(std::string_view s, std::size_t i, std::size_t& len) noexcept;
+
+// Appends cp (< 0x110000) as UTF-8; invalid_byte(b) appends the raw byte b. Surrogates and
+// other values are written as U+FFFD.
+void append_utf8(std::string& out, char32_t cp);
+
+enum class category : std::uint8_t { Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po, Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co, Cn };
+
+// The Unicode general category; invalid_byte(b) -> Co (see the top of this file), other
+// values past U+10FFFF -> Cn.
+category general_category(char32_t cp) noexcept;
+
+// The White_Space property (what Oniguruma's \s matches in Unicode mode).
+bool is_white_space(char32_t cp) noexcept;
+
+// What Oniguruma's \w matches in Unicode mode (checked against it over every code point):
+// categories L*, M*, Nd, Nl, Pc, the other Alphabetic code points, and U+00B2 U+00B3 U+00B9
+// U+00BC..U+00BE.
+bool is_word(char32_t cp) noexcept;
+
+// Simple case folding (CaseFolding.txt C + S): the code point (?i) compares by.
+char32_t simple_fold(char32_t cp) noexcept;
+
+// Appends every code point whose simple folding equals simple_fold(cp), cp included.
+void fold_equivalents(char32_t cp, std::vector<char32_t>& out);
+
+std::uint8_t combining_class(char32_t cp) noexcept;
+
+std::string nfc(std::string_view utf8);
+std::string nfd(std::string_view utf8);
+std::string nfkc(std::string_view utf8);
+std::string nfkd(std::string_view utf8);
+
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE char32_t decode(std::string_view s, std::size_t i, std::size_t& len) noexcept {
   const auto b0 = static_cast<unsigned char>(s[i]);
   len = 1;
   if (b0 < 0x80) return b0;
@@ -59,10 +94,7 @@ inline char32_t decode(std::string_view s, std::size_t i, std::size_t& len) noex
   }
   return invalid_byte(b0);
 }
-
-// Appends cp (< 0x110000) as UTF-8; invalid_byte(b) appends the raw byte b. Surrogates and
-// other values are written as U+FFFD.
-inline void append_utf8(std::string& out, char32_t cp) {
+SLM_INLINE void append_utf8(std::string& out, char32_t cp) {
   if (cp < 0x80) {
     out.push_back(static_cast<char>(cp));
   } else if (cp < 0x800) {
@@ -85,11 +117,7 @@ inline void append_utf8(std::string& out, char32_t cp) {
   }
 }
 
-enum class category : std::uint8_t { Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po, Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co, Cn };
-
-// The Unicode general category; invalid_byte(b) -> Co (see the top of this file), other
-// values past U+10FFFF -> Cn.
-inline category general_category(char32_t cp) noexcept {
+SLM_INLINE category general_category(char32_t cp) noexcept {
   if (cp < tables::gc_limit) {
     const std::uint32_t block = tables::gc_stage1[cp / tables::gc_block];
     return static_cast<category>(tables::gc_stage2[block * tables::gc_block + cp % tables::gc_block] - 'a');
@@ -110,39 +138,29 @@ bool in_ranges(const R& ranges, char32_t cp) noexcept {
 }
 }  // namespace detail
 
-// The White_Space property (what Oniguruma's \s matches in Unicode mode).
-inline bool is_white_space(char32_t cp) noexcept {
+SLM_INLINE bool is_white_space(char32_t cp) noexcept {
   if (cp < 0x80) return cp == ' ' || (cp >= 0x09 && cp <= 0x0D);
   return detail::in_ranges(tables::white_space, cp);
 }
-
-// What Oniguruma's \w matches in Unicode mode (checked against it over every code point):
-// categories L*, M*, Nd, Nl, Pc, the other Alphabetic code points, and U+00B2 U+00B3 U+00B9
-// U+00BC..U+00BE.
-inline bool is_word(char32_t cp) noexcept {
+SLM_INLINE bool is_word(char32_t cp) noexcept {
   if (cp < 0x80) return (cp >= '0' && cp <= '9') || ((cp | 0x20) >= 'a' && (cp | 0x20) <= 'z') || cp == '_';
   const category c = general_category(cp);
   if (c <= category::Me || c == category::Nd || c == category::Nl || c == category::Pc) return true;
   return detail::in_ranges(tables::word_extra, cp);
 }
-
-// Simple case folding (CaseFolding.txt C + S): the code point (?i) compares by.
-inline char32_t simple_fold(char32_t cp) noexcept {
+SLM_INLINE char32_t simple_fold(char32_t cp) noexcept {
   if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
   auto it = std::lower_bound(std::begin(tables::simple_fold), std::end(tables::simple_fold), cp,
                              [](const tables::fold_pair& p, char32_t c) { return p.from < c; });
   return (it != std::end(tables::simple_fold) && it->from == cp) ? it->to : cp;
 }
-
-// Appends every code point whose simple folding equals simple_fold(cp), cp included.
-inline void fold_equivalents(char32_t cp, std::vector<char32_t>& out) {
+SLM_INLINE void fold_equivalents(char32_t cp, std::vector<char32_t>& out) {
   const char32_t f = simple_fold(cp);
   out.push_back(f);
   for (const auto& p : tables::simple_fold)
     if (p.to == f) out.push_back(p.from);
 }
-
-inline std::uint8_t combining_class(char32_t cp) noexcept {
+SLM_INLINE std::uint8_t combining_class(char32_t cp) noexcept {
   if (cp < 0x300) return 0;
   auto it = std::upper_bound(std::begin(tables::combining_class), std::end(tables::combining_class), cp,
                              [](char32_t c, const tables::ccc_range& r) { return c < r.first; });
@@ -294,9 +312,11 @@ inline std::string normalize(std::string_view s, bool compat, bool compose) {
 
 }  // namespace detail
 
-inline std::string nfc(std::string_view utf8) { return detail::normalize(utf8, false, true); }
-inline std::string nfd(std::string_view utf8) { return detail::normalize(utf8, false, false); }
-inline std::string nfkc(std::string_view utf8) { return detail::normalize(utf8, true, true); }
-inline std::string nfkd(std::string_view utf8) { return detail::normalize(utf8, true, false); }
+SLM_INLINE std::string nfc(std::string_view utf8) { return detail::normalize(utf8, false, true); }
+SLM_INLINE std::string nfd(std::string_view utf8) { return detail::normalize(utf8, false, false); }
+SLM_INLINE std::string nfkc(std::string_view utf8) { return detail::normalize(utf8, true, true); }
+SLM_INLINE std::string nfkd(std::string_view utf8) { return detail::normalize(utf8, true, false); }
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm::unicode
