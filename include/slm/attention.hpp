@@ -77,45 +77,12 @@ class kv_rows {
 
   // Session state (model.hpp): the first `rows` rows of another kv_rows of the same type
   // and width.
-  status copy_from(const kv_rows& o, std::size_t rows) {
-    if (o.type != type || o.width != width)
-      return make_error(errc::invalid_argument, "KV rows of width ", o.width, " (", o.type == kv_dtype::f32 ? "f32" : "bf16",
-                        ") copied into rows of width ", width, " (", type == kv_dtype::f32 ? "f32" : "bf16", ")");
-    if (rows > o.capacity()) return make_error(errc::out_of_range, "copy of ", rows, " KV rows from ", o.capacity());
-    if (capacity() < rows) SLM_TRY(reserve(rows));
-    if (rows != 0 && width != 0) std::memcpy(buf_.data(), o.buf_.data(), rows * width * element_bytes());
-    return {};
-  }
+  status copy_from(const kv_rows& o, std::size_t rows);
   // A rows block: u8 dtype, 7 zero bytes, u64 width, u64 rows, rows x width values
   // (f32 or bf16 bits, little-endian).
-  status save(state_writer& w, std::size_t rows) const {
-    if (rows > capacity() && width) return make_error(errc::out_of_range, "save of ", rows, " KV rows from ", capacity());
-    SLM_TRY(w.u8(static_cast<std::uint8_t>(type)));
-    SLM_TRY(w.bytes("\0\0\0\0\0\0\0", 7));
-    SLM_TRY(w.u64(width));
-    SLM_TRY(w.u64(rows));
-    return type == kv_dtype::f32 ? w.f32(f32_data(), rows * width) : w.u16(bf16_data(), rows * width);
-  }
+  status save(state_writer& w, std::size_t rows) const;
   // Reads a rows block of exactly `rows` rows of this type and width.
-  status load(state_reader& r, std::size_t rows, std::string_view what) {
-    std::uint8_t t = 0;
-    SLM_TRY(r.u8(t, what));
-    if (t != static_cast<std::uint8_t>(type))
-      return make_error(errc::format_error, "", what, " are ",
-                        t == 0 ? "f32" : (t == 1 ? "bf16" : "of an unknown type"), ", this cache stores ",
-                        type == kv_dtype::f32 ? "f32" : "bf16");
-    SLM_TRY(r.zeros(7, what));
-    std::size_t wd = 0, n = 0;
-    SLM_TRY(r.size(wd, what));
-    SLM_TRY(r.size(n, what));
-    if (wd != width)
-      return make_error(errc::format_error, "", what, " are ", wd, " wide, this cache's are ", width);
-    if (n != rows)
-      return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
-    if (width) SLM_TRY(r.need_items(rows, width * element_bytes(), what));
-    if (capacity() < rows) SLM_TRY(reserve(rows));
-    return type == kv_dtype::f32 ? r.f32(buf_.data(), rows * width, what) : r.u16(bf16_data(), rows * width, what);
-  }
+  status load(state_reader& r, std::size_t rows, std::string_view what);
 
  private:
   floats buf_;
@@ -153,149 +120,11 @@ struct attention_problem {
   const std::int32_t* selected = nullptr; std::size_t sel_stride = 0, n_selected = 0;
 };
 
-namespace detail::attn {
-
-template <class E> inline float ld(const E* p, std::size_t i) noexcept {
-  if constexpr (std::is_same_v<E, float>) return p[i];
-  else return bf16_to_f32(p[i]);
-}
-
-// The reference: one sum, in order.
-template <class E>
-inline float dot(const float* q, const E* k, std::size_t n) noexcept {
-  float s = 0;
-  for (std::size_t i = 0; i < n; ++i) s += q[i] * ld(k, i);
-  return s;
-}
-template <class E>
-inline void axpy(float* acc, float e, const E* v, std::size_t n) noexcept {
-  for (std::size_t i = 0; i < n; ++i) acc[i] += e * ld(v, i);
-}
-
-#ifdef SLM_X86
-#define SLM_ATTN_AVX512 SLM_MM_AVX512  // the matmul kernels' feature set, so their helpers inline here
-// The fast path: 16-lane FMAs (two accumulators), masked tails; bf16 widened by a shift.
-template <class E>
-SLM_ATTN_AVX512 inline __m512 load16(const E* p, __mmask16 m) noexcept {
-  if constexpr (std::is_same_v<E, float>) {
-    return _mm512_maskz_loadu_ps(m, p);
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-    // The maskz forms: gcc 12 warns (falsely) about the unmasked forms' undefined source.
-    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(m, _mm512_maskz_cvtepu16_epi32(m, h), 16));
-  }
-}
-template <class E>
-SLM_ATTN_AVX512 inline float dot_512(const float* q, const E* k, std::size_t n) noexcept {
-  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
-  std::size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i, 0xFFFF), a0);
-    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load16(k + i + 16, 0xFFFF), a1);
-  }
-  for (; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
-    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k + i, m), a0);
-  }
-  return detail::mm::hsum_512(_mm512_add_ps(a0, a1));  // fixed order; no GCC 105593 warning
-}
-template <class E>
-SLM_ATTN_AVX512 inline void axpy_512(float* acc, float e, const E* v, std::size_t n) noexcept {
-  const __m512 ev = _mm512_set1_ps(e);
-  for (std::size_t i = 0; i < n; i += 16) {
-    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(ev, load16(v + i, m), _mm512_maskz_loadu_ps(m, acc + i)));
-  }
-}
-#endif
-
-// Which kernels one_query uses: the scalar reference, or AVX-512 where the CPU has it.
-template <class E, bool Simd>
-inline float dot_k(const float* q, const E* k, std::size_t n) noexcept {
-#ifdef SLM_X86
-  if constexpr (Simd) return dot_512(q, k, n);
-#endif
-  return dot(q, k, n);
-}
-template <class E, bool Simd>
-inline void axpy_k(float* acc, float e, const E* v, std::size_t n) noexcept {
-#ifdef SLM_X86
-  if constexpr (Simd) return axpy_512(acc, e, v, n);
-#endif
-  axpy(acc, e, v, n);
-}
-
-template <class E, bool Simd>
-void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* acc) noexcept {
-  const std::size_t g = h / p.group, pos = p.pos0 + t;
-  const float* q1 = p.q1 + t * p.q1_tok + h * p.q1_head;
-  const float* q2 = p.q2 ? p.q2 + t * p.q2_tok + h * p.q2_head : nullptr;
-  const E* k1 = static_cast<const E*>(p.k1.data) + g * p.k1.head;
-  const E* k2 = p.q2 ? static_cast<const E*>(p.k2.data) + g * p.k2.head : nullptr;
-  const E* v = static_cast<const E*>(p.v.data) + g * p.v.head;
-  float m = -std::numeric_limits<float>::infinity(), l = 0;
-  std::fill(acc, acc + p.dv, 0.0f);
-  auto visit = [&](std::size_t j) {
-    float s = dot_k<E, Simd>(q1, k1 + j * p.k1.tok, p.d1);
-    if (q2) s += dot_k<E, Simd>(q2, k2 + j * p.k2.tok, p.d2);
-    s *= p.scale;
-    const E* vj = v + j * p.v.tok;
-    if (s > m) {  // new maximum: rescale what has been accumulated
-      const float c = std::exp(m - s);
-      l *= c;
-      for (std::size_t i = 0; i < p.dv; ++i) acc[i] *= c;
-      m = s;
-    }
-    const float e = std::exp(s - m);
-    l += e;
-    axpy_k<E, Simd>(acc, e, vj, p.dv);
-  };
-  const std::size_t first = p.window && pos + 1 > p.window ? pos + 1 - p.window : 0;
-  if (p.selected) {
-    const std::int32_t* sel = p.selected + t * p.sel_stride;
-    for (std::size_t i = 0; i < p.n_selected; ++i)
-      if (sel[i] >= 0 && static_cast<std::size_t>(sel[i]) <= pos && static_cast<std::size_t>(sel[i]) >= first)
-        visit(static_cast<std::size_t>(sel[i]));
-  } else {
-    for (std::size_t j = first; j <= pos; ++j) visit(j);
-  }
-  float* o = p.out + t * p.out_tok + h * p.out_head;
-  const float inv = l > 0 ? 1.0f / l : 0.0f;
-  for (std::size_t i = 0; i < p.dv; ++i) o[i] = acc[i] * inv;
-}
-
-}  // namespace detail::attn
-
 // Runs every (query, head) pair, in parallel over the pairs; each pair's result depends
 // on nothing but its inputs, so the thread count never changes the output. `which`
 // picks the dot/axpy kernels: isa::scalar is the reference, anything else uses AVX-512
 // when this CPU has it (the sums then run in another order: results differ by rounding).
-inline status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which = isa::best) {
-  const std::size_t pairs = p.T * p.H;
-  if (pairs == 0) return {};
-  if ((p.q2 && p.k2.type != p.k1.type) || p.v.type != p.k1.type)
-    return make_error(errc::invalid_argument, "attend: keys and values must share one storage type");
-  const std::size_t chunks = std::min<std::size_t>(pairs, std::max<std::size_t>(1, cx.ex.concurrency()) * 4);
-  SLM_TRY(scratch.resize(chunks * p.dv));
-  const static_partition part = partition(0, pairs, chunks);
-  const bool bf16 = p.k1.type == kv_dtype::bf16;
-  const isa chosen = resolve_isa(which);
-  const bool simd = chosen == isa::avx512 && isa_supported(isa::avx512, host_cpu());
-  return parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
-    float* acc = scratch.data() + c * p.dv;
-    const index_range r = part.chunk(c);
-    for (std::size_t i = r.begin; i < r.end; ++i) {
-      const std::size_t t = i / p.H, h = i % p.H;
-      if (bf16) {
-        if (simd) detail::attn::one_query<std::uint16_t, true>(p, t, h, acc);
-        else detail::attn::one_query<std::uint16_t, false>(p, t, h, acc);
-      } else {
-        if (simd) detail::attn::one_query<float, true>(p, t, h, acc);
-        else detail::attn::one_query<float, false>(p, t, h, acc);
-      }
-    }
-  }, cx.cancel);
-}
+status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which = isa::best);
 
 // Llama / Qwen / Mistral attention; Rope fixes the pairing at compile time (rope_half_split
 // for these models) or takes it from the config (rope_by_config).
@@ -459,5 +288,190 @@ struct basic_gqa_attention {
 };
 
 using gqa_attention = basic_gqa_attention<>;
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+namespace detail::attn {
+
+template <class E> inline float ld(const E* p, std::size_t i) noexcept {
+  if constexpr (std::is_same_v<E, float>) return p[i];
+  else return bf16_to_f32(p[i]);
+}
+
+// The reference: one sum, in order.
+template <class E>
+inline float dot(const float* q, const E* k, std::size_t n) noexcept {
+  float s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += q[i] * ld(k, i);
+  return s;
+}
+template <class E>
+inline void axpy(float* acc, float e, const E* v, std::size_t n) noexcept {
+  for (std::size_t i = 0; i < n; ++i) acc[i] += e * ld(v, i);
+}
+
+#ifdef SLM_X86
+#define SLM_ATTN_AVX512 SLM_MM_AVX512  // the matmul kernels' feature set, so their helpers inline here
+// The fast path: 16-lane FMAs (two accumulators), masked tails; bf16 widened by a shift.
+template <class E>
+SLM_ATTN_AVX512 inline __m512 load16(const E* p, __mmask16 m) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_maskz_loadu_ps(m, p);
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    // The maskz forms: gcc 12 warns (falsely) about the unmasked forms' undefined source.
+    return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(m, _mm512_maskz_cvtepu16_epi32(m, h), 16));
+  }
+}
+template <class E>
+SLM_ATTN_AVX512 inline float dot_512(const float* q, const E* k, std::size_t n) noexcept {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i), load16(k + i, 0xFFFF), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(q + i + 16), load16(k + i + 16, 0xFFFF), a1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + i), load16(k + i, m), a0);
+  }
+  return detail::mm::hsum_512(_mm512_add_ps(a0, a1));  // fixed order; no GCC 105593 warning
+}
+template <class E>
+SLM_ATTN_AVX512 inline void axpy_512(float* acc, float e, const E* v, std::size_t n) noexcept {
+  const __m512 ev = _mm512_set1_ps(e);
+  for (std::size_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(ev, load16(v + i, m), _mm512_maskz_loadu_ps(m, acc + i)));
+  }
+}
+#endif
+
+// Which kernels one_query uses: the scalar reference, or AVX-512 where the CPU has it.
+template <class E, bool Simd>
+inline float dot_k(const float* q, const E* k, std::size_t n) noexcept {
+#ifdef SLM_X86
+  if constexpr (Simd) return dot_512(q, k, n);
+#endif
+  return dot(q, k, n);
+}
+template <class E, bool Simd>
+inline void axpy_k(float* acc, float e, const E* v, std::size_t n) noexcept {
+#ifdef SLM_X86
+  if constexpr (Simd) return axpy_512(acc, e, v, n);
+#endif
+  axpy(acc, e, v, n);
+}
+
+template <class E, bool Simd>
+void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* acc) noexcept {
+  const std::size_t g = h / p.group, pos = p.pos0 + t;
+  const float* q1 = p.q1 + t * p.q1_tok + h * p.q1_head;
+  const float* q2 = p.q2 ? p.q2 + t * p.q2_tok + h * p.q2_head : nullptr;
+  const E* k1 = static_cast<const E*>(p.k1.data) + g * p.k1.head;
+  const E* k2 = p.q2 ? static_cast<const E*>(p.k2.data) + g * p.k2.head : nullptr;
+  const E* v = static_cast<const E*>(p.v.data) + g * p.v.head;
+  float m = -std::numeric_limits<float>::infinity(), l = 0;
+  std::fill(acc, acc + p.dv, 0.0f);
+  auto visit = [&](std::size_t j) {
+    float s = dot_k<E, Simd>(q1, k1 + j * p.k1.tok, p.d1);
+    if (q2) s += dot_k<E, Simd>(q2, k2 + j * p.k2.tok, p.d2);
+    s *= p.scale;
+    const E* vj = v + j * p.v.tok;
+    if (s > m) {  // new maximum: rescale what has been accumulated
+      const float c = std::exp(m - s);
+      l *= c;
+      for (std::size_t i = 0; i < p.dv; ++i) acc[i] *= c;
+      m = s;
+    }
+    const float e = std::exp(s - m);
+    l += e;
+    axpy_k<E, Simd>(acc, e, vj, p.dv);
+  };
+  const std::size_t first = p.window && pos + 1 > p.window ? pos + 1 - p.window : 0;
+  if (p.selected) {
+    const std::int32_t* sel = p.selected + t * p.sel_stride;
+    for (std::size_t i = 0; i < p.n_selected; ++i)
+      if (sel[i] >= 0 && static_cast<std::size_t>(sel[i]) <= pos && static_cast<std::size_t>(sel[i]) >= first)
+        visit(static_cast<std::size_t>(sel[i]));
+  } else {
+    for (std::size_t j = first; j <= pos; ++j) visit(j);
+  }
+  float* o = p.out + t * p.out_tok + h * p.out_head;
+  const float inv = l > 0 ? 1.0f / l : 0.0f;
+  for (std::size_t i = 0; i < p.dv; ++i) o[i] = acc[i] * inv;
+}
+
+}  // namespace detail::attn
+
+SLM_INLINE status kv_rows::copy_from(const kv_rows& o, std::size_t rows) {
+  if (o.type != type || o.width != width)
+    return make_error(errc::invalid_argument, "KV rows of width ", o.width, " (", o.type == kv_dtype::f32 ? "f32" : "bf16",
+                      ") copied into rows of width ", width, " (", type == kv_dtype::f32 ? "f32" : "bf16", ")");
+  if (rows > o.capacity()) return make_error(errc::out_of_range, "copy of ", rows, " KV rows from ", o.capacity());
+  if (capacity() < rows) SLM_TRY(reserve(rows));
+  if (rows != 0 && width != 0) std::memcpy(buf_.data(), o.buf_.data(), rows * width * element_bytes());
+  return {};
+}
+
+SLM_INLINE status kv_rows::save(state_writer& w, std::size_t rows) const {
+  if (rows > capacity() && width) return make_error(errc::out_of_range, "save of ", rows, " KV rows from ", capacity());
+  SLM_TRY(w.u8(static_cast<std::uint8_t>(type)));
+  SLM_TRY(w.bytes("\0\0\0\0\0\0\0", 7));
+  SLM_TRY(w.u64(width));
+  SLM_TRY(w.u64(rows));
+  return type == kv_dtype::f32 ? w.f32(f32_data(), rows * width) : w.u16(bf16_data(), rows * width);
+}
+
+SLM_INLINE status kv_rows::load(state_reader& r, std::size_t rows, std::string_view what) {
+  std::uint8_t t = 0;
+  SLM_TRY(r.u8(t, what));
+  if (t != static_cast<std::uint8_t>(type))
+    return make_error(errc::format_error, "", what, " are ",
+                      t == 0 ? "f32" : (t == 1 ? "bf16" : "of an unknown type"), ", this cache stores ",
+                      type == kv_dtype::f32 ? "f32" : "bf16");
+  SLM_TRY(r.zeros(7, what));
+  std::size_t wd = 0, n = 0;
+  SLM_TRY(r.size(wd, what));
+  SLM_TRY(r.size(n, what));
+  if (wd != width)
+    return make_error(errc::format_error, "", what, " are ", wd, " wide, this cache's are ", width);
+  if (n != rows)
+    return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
+  if (width) SLM_TRY(r.need_items(rows, width * element_bytes(), what));
+  if (capacity() < rows) SLM_TRY(reserve(rows));
+  return type == kv_dtype::f32 ? r.f32(buf_.data(), rows * width, what) : r.u16(bf16_data(), rows * width, what);
+}
+
+SLM_INLINE status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which) {
+  const std::size_t pairs = p.T * p.H;
+  if (pairs == 0) return {};
+  if ((p.q2 && p.k2.type != p.k1.type) || p.v.type != p.k1.type)
+    return make_error(errc::invalid_argument, "attend: keys and values must share one storage type");
+  const std::size_t chunks = std::min<std::size_t>(pairs, std::max<std::size_t>(1, cx.ex.concurrency()) * 4);
+  SLM_TRY(scratch.resize(chunks * p.dv));
+  const static_partition part = partition(0, pairs, chunks);
+  const bool bf16 = p.k1.type == kv_dtype::bf16;
+  const isa chosen = resolve_isa(which);
+  const bool simd = chosen == isa::avx512 && isa_supported(isa::avx512, host_cpu());
+  return parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
+    float* acc = scratch.data() + c * p.dv;
+    const index_range r = part.chunk(c);
+    for (std::size_t i = r.begin; i < r.end; ++i) {
+      const std::size_t t = i / p.H, h = i % p.H;
+      if (bf16) {
+        if (simd) detail::attn::one_query<std::uint16_t, true>(p, t, h, acc);
+        else detail::attn::one_query<std::uint16_t, false>(p, t, h, acc);
+      } else {
+        if (simd) detail::attn::one_query<float, true>(p, t, h, acc);
+        else detail::attn::one_query<float, false>(p, t, h, acc);
+      }
+    }
+  }, cx.cancel);
+}
+
+#endif  // SLM_DEFINE_DECODER
 
 }  // namespace slm

@@ -48,17 +48,8 @@ namespace slm {
 
 // I(t, s) for one query and one key: sum_h w[h] * act(dot_scale * (q[h] . k)), act = ReLU
 // when relu (else identity); q [IH, ID] (rotated), w [IH] (already scaled), k [ID].
-inline float dsa_index_score(const float* q, const float* w, const float* k, std::size_t IH, std::size_t ID,
-                             float dot_scale, bool relu) noexcept {
-  float s = 0;
-  for (std::size_t h = 0; h < IH; ++h) {
-    const float* qh = q + h * ID;
-    float dot = 0;
-    for (std::size_t i = 0; i < ID; ++i) dot += qh[i] * k[i];
-    s += w[h] * (relu ? std::max(dot * dot_scale, 0.0f) : dot * dot_scale);
-  }
-  return s;
-}
+float dsa_index_score(const float* q, const float* w, const float* k, std::size_t IH, std::size_t ID,
+                      float dot_scale, bool relu) noexcept;
 
 // The causal top-k of one query: score [n_all] over the keys of the call, the first
 // `visible` of them visible; out [top_k] gets the chosen key indices, -1 where fewer than
@@ -71,9 +62,65 @@ inline float dsa_index_score(const float* q, const float* w, const float* k, std
 // first): a total order, so the chosen set does not depend on how many future keys the
 // call holds, and a prefill selects exactly what token-by-token decoding selects (the
 // Megatron flavour's choice: GPU top-k order is unspecified anyway).
-inline void dsa_select_top_k(const float* score, std::size_t visible, std::size_t n_all, std::size_t top_k,
-                             std::pair<float, std::int64_t>* pairs, std::int32_t* out,
-                             bool stable_ties = false) noexcept {
+void dsa_select_top_k(const float* score, std::size_t visible, std::size_t n_all, std::size_t top_k,
+                      std::pair<float, std::int64_t>* pairs, std::int32_t* out,
+                      bool stable_ties = false) noexcept;
+
+// The Megatron indexer's sizes (nam56r.hpp fills it from config.json).
+struct megatron_indexer_config {
+  std::size_t hidden = 0, q_lora = 0, n_heads = 0, head_dim = 0, top_k = 0;
+  double rotary_base = 10000.0;
+  bool use_relu = true;
+};
+
+struct lightning_indexer {
+  linear wq_b, wk, weights_proj;
+  layer_norm k_norm;
+  rope_table rope;
+  std::size_t n_heads = 0, head_dim = 0, top_k = 0;
+  float weight_scale = 1.0f;      // on weights_proj's output
+  float dot_scale = 1.0f;         // on q . k, inside the ReLU
+  bool use_relu = true;
+  bool interleaved_rope = false;  // Megatron: adjacent pairs over the whole head
+  bool stable_ties = false;       // Megatron: ties by key index (dsa_select_top_k)
+
+  // Megatron names under prefix (`...self_attention.core_attention.indexer`):
+  // linear_wq_b [IH ID, q_lora], linear_wk [ID, d], k_norm.{weight, bias} [ID],
+  // linear_weights_proj [IH, d].
+  static result<lightning_indexer> load_megatron(const checkpoint& ck, const std::string& prefix,
+                                                 const megatron_indexer_config& c);
+
+  // The three projections and the key LayerNorm (weight + bias) of an indexer whose
+  // n_heads / head_dim are set, under either checkpoint's names {wq_b, wk, weights_proj}.
+  static status load_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
+                             std::size_t q_in, std::size_t hidden, lightning_indexer& ix);
+
+  static result<lightning_indexer> load(const checkpoint& ck, const std::string& prefix, const model_config& c);
+
+  // Appends the keys of x [T, d] (positions keys.n..) to `keys` and writes, per query,
+  // top_k selected key indices to sel [T, top_k] (-1 where fewer keys are visible).
+  status select(const float* x, const float* q_latent, std::size_t T, kv_rows& keys, std::size_t& n_keys,
+                std::int32_t* sel, floats& scratch, compute_context& cx) const;
+};
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+SLM_INLINE float dsa_index_score(const float* q, const float* w, const float* k, std::size_t IH, std::size_t ID,
+                                 float dot_scale, bool relu) noexcept {
+  float s = 0;
+  for (std::size_t h = 0; h < IH; ++h) {
+    const float* qh = q + h * ID;
+    float dot = 0;
+    for (std::size_t i = 0; i < ID; ++i) dot += qh[i] * k[i];
+    s += w[h] * (relu ? std::max(dot * dot_scale, 0.0f) : dot * dot_scale);
+  }
+  return s;
+}
+
+SLM_INLINE void dsa_select_top_k(const float* score, std::size_t visible, std::size_t n_all, std::size_t top_k,
+                                 std::pair<float, std::int64_t>* pairs, std::int32_t* out, bool stable_ties) noexcept {
   if (visible <= top_k) {  // every visible key
     for (std::size_t j = 0; j < top_k; ++j) out[j] = j < visible ? static_cast<std::int32_t>(j) : -1;
     return;
@@ -99,132 +146,111 @@ inline void dsa_select_top_k(const float* score, std::size_t visible, std::size_
                                                                             : -1;
 }
 
-// The Megatron indexer's sizes (nam56r.hpp fills it from config.json).
-struct megatron_indexer_config {
-  std::size_t hidden = 0, q_lora = 0, n_heads = 0, head_dim = 0, top_k = 0;
-  double rotary_base = 10000.0;
-  bool use_relu = true;
-};
+SLM_INLINE result<lightning_indexer> lightning_indexer::load_megatron(
+    const checkpoint& ck, const std::string& prefix, const megatron_indexer_config& c) {
+  lightning_indexer ix;
+  ix.n_heads = c.n_heads;
+  ix.head_dim = c.head_dim;
+  ix.top_k = c.top_k;
+  rope_params rp;
+  rp.theta = c.rotary_base;
+  ix.rope = rope_table::make(rp, c.head_dim);
+  ix.interleaved_rope = true;
+  ix.stable_ties = true;
+  ix.use_relu = c.use_relu;
+  ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.n_heads * c.head_dim)));
+  ix.dot_scale = 1.0f;
+  SLM_TRY(load_weights(ck, prefix, {".linear_wq_b", ".linear_wk", ".linear_weights_proj"}, c.q_lora, c.hidden, ix));
+  ix.k_norm.eps = 1e-5f;  // Megatron's LayerNorm(eps = layernorm_epsilon)
+  return ix;
+}
 
-struct lightning_indexer {
-  linear wq_b, wk, weights_proj;
-  layer_norm k_norm;
-  rope_table rope;
-  std::size_t n_heads = 0, head_dim = 0, top_k = 0;
-  float weight_scale = 1.0f;      // on weights_proj's output
-  float dot_scale = 1.0f;         // on q . k, inside the ReLU
-  bool use_relu = true;
-  bool interleaved_rope = false;  // Megatron: adjacent pairs over the whole head
-  bool stable_ties = false;       // Megatron: ties by key index (dsa_select_top_k)
+SLM_INLINE status lightning_indexer::load_weights(const checkpoint& ck, const std::string& prefix,
+                                                  const std::array<const char*, 3>& names, std::size_t q_in,
+                                                  std::size_t hidden, lightning_indexer& ix) {
+  auto q = load_linear(ck, prefix + names[0], ix.n_heads * ix.head_dim, q_in);
+  if (!q.ok()) return std::move(q).take_error();
+  auto k = load_linear(ck, prefix + names[1], ix.head_dim, hidden);
+  if (!k.ok()) return std::move(k).take_error();
+  auto w = load_linear(ck, prefix + names[2], ix.n_heads, hidden);
+  if (!w.ok()) return std::move(w).take_error();
+  auto nw = load_vector(ck, prefix + ".k_norm.weight", ix.head_dim);
+  if (!nw.ok()) return std::move(nw).take_error();
+  auto nb = load_vector(ck, prefix + ".k_norm.bias", ix.head_dim);
+  if (!nb.ok()) return std::move(nb).take_error();
+  ix.wq_b = std::move(*q);
+  ix.wk = std::move(*k);
+  ix.weights_proj = std::move(*w);
+  ix.k_norm.weight = std::move(*nw);
+  ix.k_norm.bias = std::move(*nb);
+  return {};
+}
 
-  // Megatron names under prefix (`...self_attention.core_attention.indexer`):
-  // linear_wq_b [IH ID, q_lora], linear_wk [ID, d], k_norm.{weight, bias} [ID],
-  // linear_weights_proj [IH, d].
-  static result<lightning_indexer> load_megatron(const checkpoint& ck, const std::string& prefix,
-                                                 const megatron_indexer_config& c) {
-    lightning_indexer ix;
-    ix.n_heads = c.n_heads;
-    ix.head_dim = c.head_dim;
-    ix.top_k = c.top_k;
-    rope_params rp;
-    rp.theta = c.rotary_base;
-    ix.rope = rope_table::make(rp, c.head_dim);
-    ix.interleaved_rope = true;
-    ix.stable_ties = true;
-    ix.use_relu = c.use_relu;
-    ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.n_heads * c.head_dim)));
-    ix.dot_scale = 1.0f;
-    SLM_TRY(load_weights(ck, prefix, {".linear_wq_b", ".linear_wk", ".linear_weights_proj"}, c.q_lora, c.hidden, ix));
-    ix.k_norm.eps = 1e-5f;  // Megatron's LayerNorm(eps = layernorm_epsilon)
-    return ix;
-  }
+SLM_INLINE result<lightning_indexer> lightning_indexer::load(
+    const checkpoint& ck, const std::string& prefix, const model_config& c) {
+  lightning_indexer ix;
+  ix.n_heads = c.index_heads;
+  ix.head_dim = c.index_head_dim;
+  ix.top_k = c.index_topk;
+  ix.rope = rope_table::make(c.rope, c.qk_rope_dim);
+  SLM_TRY(load_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
+  ix.k_norm.eps = 1e-6f;  // fixed in the reference (nn.LayerNorm(head_dim, eps=1e-6))
+  ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_heads)));
+  ix.dot_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_head_dim)));
+  return ix;
+}
 
-  // The three projections and the key LayerNorm (weight + bias) of an indexer whose
-  // n_heads / head_dim are set, under either checkpoint's names {wq_b, wk, weights_proj}.
-  static status load_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
-                             std::size_t q_in, std::size_t hidden, lightning_indexer& ix) {
-    auto q = load_linear(ck, prefix + names[0], ix.n_heads * ix.head_dim, q_in);
-    if (!q.ok()) return std::move(q).take_error();
-    auto k = load_linear(ck, prefix + names[1], ix.head_dim, hidden);
-    if (!k.ok()) return std::move(k).take_error();
-    auto w = load_linear(ck, prefix + names[2], ix.n_heads, hidden);
-    if (!w.ok()) return std::move(w).take_error();
-    auto nw = load_vector(ck, prefix + ".k_norm.weight", ix.head_dim);
-    if (!nw.ok()) return std::move(nw).take_error();
-    auto nb = load_vector(ck, prefix + ".k_norm.bias", ix.head_dim);
-    if (!nb.ok()) return std::move(nb).take_error();
-    ix.wq_b = std::move(*q);
-    ix.wk = std::move(*k);
-    ix.weights_proj = std::move(*w);
-    ix.k_norm.weight = std::move(*nw);
-    ix.k_norm.bias = std::move(*nb);
-    return {};
-  }
-
-  static result<lightning_indexer> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
-    lightning_indexer ix;
-    ix.n_heads = c.index_heads;
-    ix.head_dim = c.index_head_dim;
-    ix.top_k = c.index_topk;
-    ix.rope = rope_table::make(c.rope, c.qk_rope_dim);
-    SLM_TRY(load_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
-    ix.k_norm.eps = 1e-6f;  // fixed in the reference (nn.LayerNorm(head_dim, eps=1e-6))
-    ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_heads)));
-    ix.dot_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_head_dim)));
-    return ix;
-  }
-
-  // Appends the keys of x [T, d] (positions keys.n..) to `keys` and writes, per query,
-  // top_k selected key indices to sel [T, top_k] (-1 where fewer keys are visible).
-  status select(const float* x, const float* q_latent, std::size_t T, kv_rows& keys, std::size_t& n_keys,
-                std::int32_t* sel, floats& scratch, compute_context& cx) const {
-    const std::size_t IH = n_heads, ID = head_dim, pos0 = n_keys;
-    if (keys.capacity() < pos0 + T) SLM_TRY(keys.reserve(std::max(pos0 + T, 2 * keys.capacity())));
-    const std::size_t n_all = pos0 + T;  // keys of this call, visible or not
-    using ranked = std::pair<float, std::int64_t>;  // (score, key), as torch.topk ranks them
-    static_assert(sizeof(ranked) == 4 * sizeof(float) && alignof(ranked) <= 4 * sizeof(float));
-    // Floats before the ranked pairs, rounded up to whole pairs so they stay aligned.
-    const std::size_t head = (T * IH * ID + T * ID + T * IH + n_all + std::max(rope.rotary_dim, ID) + 3) / 4 * 4;
-    SLM_TRY(scratch.resize(head + 4 * n_all));
-    float* q = scratch.data();    // [T, IH, ID]
-    float* k = q + T * IH * ID;   // [T, ID]
-    float* w = k + T * ID;        // [T, IH]
-    float* score = w + T * IH;    // [n_all]
-    float* rope_tmp = score + n_all;
-    auto* pairs = reinterpret_cast<ranked*>(scratch.data() + head);  // [n_all]
-    SLM_TRY(wq_b.apply(q_latent, T, q, cx));       // [T, q_lora] x [q_lora, IH*ID] -> [T, IH*ID]
-    SLM_TRY(wk.apply(x, T, k, cx));                // [T, d] x [d, ID] -> [T, ID]
-    SLM_TRY(weights_proj.apply(x, T, w, cx));      // [T, d] x [d, IH] -> [T, IH]
-    for (std::size_t t = 0; t < T; ++t) {
-      k_norm.apply_row(k + t * ID, k + t * ID, ID);
-      if (interleaved_rope) {
-        apply_rope<rope_interleaved>(rope, pos0 + t, k + t * ID, 1, ID, rope_tmp);
-        apply_rope<rope_interleaved>(rope, pos0 + t, q + t * IH * ID, IH, ID, rope_tmp);
-      } else {
-        apply_rope<rope_half_split>(rope, pos0 + t, k + t * ID, 1, ID, rope_tmp);
-        apply_rope<rope_half_split>(rope, pos0 + t, q + t * IH * ID, IH, ID, rope_tmp);
-      }
-      keys.store(pos0 + t, k + t * ID);
-      for (std::size_t h = 0; h < IH; ++h) w[t * IH + h] *= weight_scale;
+SLM_INLINE status lightning_indexer::select(const float* x, const float* q_latent, std::size_t T, kv_rows& keys,
+                                            std::size_t& n_keys, std::int32_t* sel, floats& scratch,
+                                            compute_context& cx) const {
+  const std::size_t IH = n_heads, ID = head_dim, pos0 = n_keys;
+  if (keys.capacity() < pos0 + T) SLM_TRY(keys.reserve(std::max(pos0 + T, 2 * keys.capacity())));
+  const std::size_t n_all = pos0 + T;  // keys of this call, visible or not
+  using ranked = std::pair<float, std::int64_t>;  // (score, key), as torch.topk ranks them
+  static_assert(sizeof(ranked) == 4 * sizeof(float) && alignof(ranked) <= 4 * sizeof(float));
+  // Floats before the ranked pairs, rounded up to whole pairs so they stay aligned.
+  const std::size_t head = (T * IH * ID + T * ID + T * IH + n_all + std::max(rope.rotary_dim, ID) + 3) / 4 * 4;
+  SLM_TRY(scratch.resize(head + 4 * n_all));
+  float* q = scratch.data();    // [T, IH, ID]
+  float* k = q + T * IH * ID;   // [T, ID]
+  float* w = k + T * ID;        // [T, IH]
+  float* score = w + T * IH;    // [n_all]
+  float* rope_tmp = score + n_all;
+  auto* pairs = reinterpret_cast<ranked*>(scratch.data() + head);  // [n_all]
+  SLM_TRY(wq_b.apply(q_latent, T, q, cx));       // [T, q_lora] x [q_lora, IH*ID] -> [T, IH*ID]
+  SLM_TRY(wk.apply(x, T, k, cx));                // [T, d] x [d, ID] -> [T, ID]
+  SLM_TRY(weights_proj.apply(x, T, w, cx));      // [T, d] x [d, IH] -> [T, IH]
+  for (std::size_t t = 0; t < T; ++t) {
+    k_norm.apply_row(k + t * ID, k + t * ID, ID);
+    if (interleaved_rope) {
+      apply_rope<rope_interleaved>(rope, pos0 + t, k + t * ID, 1, ID, rope_tmp);
+      apply_rope<rope_interleaved>(rope, pos0 + t, q + t * IH * ID, IH, ID, rope_tmp);
+    } else {
+      apply_rope<rope_half_split>(rope, pos0 + t, k + t * ID, 1, ID, rope_tmp);
+      apply_rope<rope_half_split>(rope, pos0 + t, q + t * IH * ID, IH, ID, rope_tmp);
     }
-    n_keys = pos0 + T;
-    for (std::size_t t = 0; t < T; ++t) {
-      const std::size_t visible = pos0 + t + 1;
-      if (visible > top_k) {
-        for (std::size_t j = 0; j < visible; ++j) {
-          if (keys.type == kv_dtype::f32) {
-            score[j] = dsa_index_score(q + t * IH * ID, w + t * IH, keys.f32_data() + j * ID, IH, ID, dot_scale, use_relu);
-          } else {
-            const std::uint16_t* kj = keys.bf16_data() + j * ID;
-            for (std::size_t i = 0; i < ID; ++i) rope_tmp[i] = bf16_to_f32(kj[i]);
-            score[j] = dsa_index_score(q + t * IH * ID, w + t * IH, rope_tmp, IH, ID, dot_scale, use_relu);
-          }
+    keys.store(pos0 + t, k + t * ID);
+    for (std::size_t h = 0; h < IH; ++h) w[t * IH + h] *= weight_scale;
+  }
+  n_keys = pos0 + T;
+  for (std::size_t t = 0; t < T; ++t) {
+    const std::size_t visible = pos0 + t + 1;
+    if (visible > top_k) {
+      for (std::size_t j = 0; j < visible; ++j) {
+        if (keys.type == kv_dtype::f32) {
+          score[j] = dsa_index_score(q + t * IH * ID, w + t * IH, keys.f32_data() + j * ID, IH, ID, dot_scale, use_relu);
+        } else {
+          const std::uint16_t* kj = keys.bf16_data() + j * ID;
+          for (std::size_t i = 0; i < ID; ++i) rope_tmp[i] = bf16_to_f32(kj[i]);
+          score[j] = dsa_index_score(q + t * IH * ID, w + t * IH, rope_tmp, IH, ID, dot_scale, use_relu);
         }
       }
-      dsa_select_top_k(score, visible, n_all, top_k, pairs, sel + t * top_k, stable_ties);
     }
-    return {};
+    dsa_select_top_k(score, visible, n_all, top_k, pairs, sel + t * top_k, stable_ties);
   }
-};
+  return {};
+}
+
+#endif  // SLM_DEFINE_DECODER
 
 }  // namespace slm

@@ -110,21 +110,7 @@ struct mamba2_config {
   std::size_t in_proj_dim() const noexcept { return 2 * inner() + 2 * ngroups * d_state + heads(); }
   std::size_t group_size() const noexcept { return norm_group_size ? norm_group_size : (ngroups ? inner() / ngroups : 0); }
 
-  status validate() const {
-    if (d_model == 0 || d_state == 0 || d_conv == 0 || headdim == 0 || ngroups == 0 || chunk_size == 0 || inner() == 0)
-      return make_error(errc::invalid_argument, "mamba2: d_model, d_state, d_conv, headdim, ngroups, chunk_size and ",
-                        "d_inner must be positive");
-    if (inner() % headdim != 0)
-      return make_error(errc::invalid_argument, "mamba2: d_inner ", inner(), " is not a multiple of headdim ", headdim);
-    if (heads() % ngroups != 0)
-      return make_error(errc::invalid_argument, "mamba2: ", heads(), " heads do not split into ", ngroups, " groups");
-    if (group_size() == 0 || inner() % group_size() != 0)
-      return make_error(errc::invalid_argument, "mamba2: norm group size ", group_size(), " does not divide d_inner ",
-                        inner());
-    if (!(eps > 0.0f) || !(dt_min <= dt_max))
-      return make_error(errc::invalid_argument, "mamba2: eps must be positive and dt_min <= dt_max");
-    return {};
-  }
+  status validate() const;
 };
 
 // One sequence's recurrent state. n counts the tokens it has consumed; n == 0 means a
@@ -181,85 +167,16 @@ class mamba2_mixer {
 
   // Tensors `<prefix>.in_proj.weight` etc. (no prefix: the bare names), shapes checked
   // against cfg; an error names the tensor.
-  static result<mamba2_mixer> load(const checkpoint& ck, std::string_view prefix, const mamba2_config& c) {
-    using detail::mamba2::join;
-    SLM_TRY(c.validate());
-    mamba2_mixer m;
-    m.cfg = c;
-    const std::size_t H = c.heads(), Di = c.inner(), cd = c.conv_dim(), K = c.d_conv;
-    auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);
-    if (!ip.ok()) return std::move(ip).take_error();
-    m.in_proj = std::move(*ip);
-    auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);
-    if (!op.ok()) return std::move(op).take_error();
-    m.out_proj = std::move(*op);
-
-    const std::string wname = join(prefix, "conv1d.weight");
-    auto w = ck.tensor(wname);
-    if (!w.ok()) return std::move(w).take_error();
-    if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
-        static_cast<std::size_t>(w->dim(2)) != K)
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", wname, "' has shape ",
-                        w->shape().to_string(), ", expected [", cd, ", 1, ", K, "]");
-    SLM_TRY(m.conv_w.resize(cd * K));
-    if (auto s = w->to_f32(m.conv_w.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", wname, "'"));
-    if (ck.find(join(prefix, "conv1d.bias"))) {
-      auto b = load_vector(ck, join(prefix, "conv1d.bias"), cd);
-      if (!b.ok()) return std::move(b).take_error();
-      m.conv_b = std::move(*b);
-    } else {
-      SLM_TRY(m.conv_b.assign_zero(cd));
-    }
-    auto dtb = load_vector(ck, join(prefix, "dt_bias"), H);
-    if (!dtb.ok()) return std::move(dtb).take_error();
-    m.dt_bias = std::move(*dtb);
-    auto alog = load_vector(ck, join(prefix, "A_log"), H);
-    if (!alog.ok()) return std::move(alog).take_error();
-    m.A = std::move(*alog);
-    for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
-
-    const std::string dname = join(prefix, "D");
-    auto dt = ck.tensor(dname);
-    if (!dt.ok()) return std::move(dt).take_error();
-    m.d_per_channel = dt->rank() == 1 && static_cast<std::size_t>(dt->dim(0)) == Di && Di != H;
-    auto dv = load_vector(ck, dname, m.d_per_channel ? Di : H);
-    if (!dv.ok()) return std::move(dv).take_error();
-    m.D = std::move(*dv);
-    if (c.rmsnorm) {
-      auto nw = load_vector(ck, join(prefix, "norm.weight"), Di);
-      if (!nw.ok()) return std::move(nw).take_error();
-      m.norm_w = std::move(*nw);
-    }
-    return m;
-  }
+  static result<mamba2_mixer> load(const checkpoint& ck, std::string_view prefix, const mamba2_config& c);
 
   // As a decoder layer (the sequence slot of mamba2 / nemotron_h blocks).
   static bool accepts(const model_config& c, std::size_t layer) noexcept {
     return c.layers[layer].attention == attention_kind::mamba2;
   }
-  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    mamba2_config m;
-    m.d_model = c.hidden;
-    m.d_state = c.ssm_state;
-    m.d_conv = c.ssm_conv;
-    m.headdim = c.ssm_head_dim;
-    m.ngroups = c.ssm_groups;
-    m.chunk_size = c.ssm_chunk;
-    m.d_inner = c.ssm_heads * c.ssm_head_dim;
-    m.norm_group_size = c.ssm_norm_group;
-    m.eps = c.ssm_eps;
-    m.dt_min = c.ssm_dt_min;
-    if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
-    return load(ck, c.attention_prefix(layer), m);
-  }
+  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer);
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
-  status init_state(mamba2_state& s) const {
-    SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.d_conv));
-    SLM_TRY(s.ssm.resize(cfg.heads() * cfg.headdim * cfg.d_state));
-    s.reset();
-    return {};
-  }
+  status init_state(mamba2_state& s) const;
 
   // Chunked prefill of T tokens x [T, d_model] -> y [T, d_model], continuing from st.
   status forward(const float* x, std::size_t T, float* y, mamba2_state& st, workspace& ws,
@@ -294,15 +211,7 @@ class mamba2_mixer {
   }
   // x [T, d_model] -> out [T, d_model], recording the states the cache keeps (one pass:
   // chunked up to the first recorded state, the recurrence after it; see the top).
-  status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
-    if (T == 0) return {};
-    if (auto s = c.begin(T); !s.ok()) return std::move(s).with_context("mamba2");
-    const std::span<mamba2_state* const> rec = c.records();
-    const std::size_t head = T - rec.size() + 1;
-    SLM_TRY(run(x, T, out, c.state(), rec, head == 1 ? 0 : cfg.chunk_size, ws, cx));
-    c.commit();
-    return {};
-  }
+  status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const;
 
   // fn(name, linear, projection): every weight this layer multiplies by.
   template <class Fn>
@@ -317,129 +226,7 @@ class mamba2_mixer {
   // T - m + 1 tokens run the chunked scan (chunk == 0: the recurrence), the rest the
   // recurrence. outs[0] may be `in` itself; the others must be distinct states.
   status run(const float* x, std::size_t T, float* y, const mamba2_state& in, std::span<mamba2_state* const> outs,
-             std::size_t chunk, workspace& ws, compute_context& cx) const {
-    using namespace detail::mamba2;
-    if (T == 0) return {};
-    if (!x || !y) return make_error(errc::invalid_argument, "mamba2: null input or output");
-    const std::size_t m = outs.size();
-    if (m == 0 || m > T) return make_error(errc::invalid_argument, "mamba2: ", m, " states to record over ", T, " tokens");
-    for (std::size_t i = 0; i < m; ++i) {
-      if (!outs[i] || (i > 0 && outs[i] == &in))
-        return make_error(errc::invalid_argument, "mamba2: recorded state ", i, " is null or the input state");
-      for (std::size_t j = 0; j < i; ++j)
-        if (outs[j] == outs[i]) return make_error(errc::invalid_argument, "mamba2: recorded states ", j, " and ", i, " alias");
-    }
-    const std::size_t head = T - m + 1;  // tokens before the first recorded state
-    const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, G = cfg.ngroups, K = cfg.d_conv;
-    const std::size_t Di = cfg.inner(), cd = cfg.conv_dim(), dip = cfg.in_proj_dim();
-    const std::size_t conv_n = cd * K, ssm_n = H * P * N;
-    if (in.conv.size() != conv_n || in.ssm.size() != ssm_n)
-      return make_error(errc::invalid_argument, "mamba2: the state is not sized for this layer (init_state)");
-    if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
-    const std::size_t L = chunk == 0 ? 0 : std::min(chunk, head);
-    std::size_t tasks = static_cast<std::size_t>(cx.ex.concurrency());
-    tasks = std::max<std::size_t>(1, std::min(tasks, H));
-
-    // Fallible work first: the state is written only after in_proj has succeeded.
-    for (mamba2_state* o : outs) {
-      SLM_TRY(o->conv.resize(conv_n));
-      SLM_TRY(o->ssm.resize(ssm_n));
-    }
-    SLM_TRY(ws.proj.resize(T * (dip + cd + H + Di)));
-    if (L) SLM_TRY(ws.attn.resize(tasks * (L * L + L)));
-    float* zx = ws.proj.data();   // [T, dip]: z | xBC | dt
-    float* xs = zx + T * dip;     // [T, cd]: silu(conv(xBC))
-    float* dts = xs + T * cd;     // [T, H]
-    float* yb = dts + T * H;      // [T, Di]
-    SLM_TRY(in_proj.apply(x, T, zx, cx));
-
-    // Causal depthwise conv over [conv state inputs 1..K-1, xBC_0 .. xBC_{T-1}].
-    const bool fresh = in.n == 0;
-    const std::size_t n0 = in.n;
-    for (std::size_t ch = 0; ch < cd; ++ch) {
-      const float* w = conv_w.data() + ch * K;
-      const float* old = in.conv.data() + ch * K;
-      for (std::size_t t = 0; t < T; ++t) {
-        float acc = conv_b[ch];
-        for (std::size_t i = 0; i < K; ++i) {
-          const std::size_t j = t + i;  // index into the extended sequence
-          float v;
-          if (j + 1 < K) v = fresh ? 0.0f : old[j + 1];
-          else v = zx[(j + 1 - K) * dip + Di + ch];
-          acc += w[i] * v;
-        }
-        xs[t * cd + ch] = silu(acc);
-      }
-    }
-    for (std::size_t t = 0; t < T; ++t)
-      for (std::size_t h = 0; h < H; ++h) {
-        const float d = std::clamp(softplus(zx[t * dip + Di + cd + h] + dt_bias[h]), cfg.dt_min, cfg.dt_max);
-        dts[t * H + h] = d;
-      }
-
-    // New conv states: after Ti tokens, the last K of [old state (K), xBC_0 .. xBC_{Ti-1}].
-    // outs[0] (which may be `in`) is written last; ascending k reads old[Ti + k] before
-    // anything at or past it is written, so in == outs[0] is safe.
-    for (std::size_t i = m; i-- > 0;) {
-      const std::size_t Ti = head + i;
-      for (std::size_t ch = 0; ch < cd; ++ch) {
-        const float* old = in.conv.data() + ch * K;
-        float* nw = outs[i]->conv.data() + ch * K;
-        for (std::size_t k = 0; k < K; ++k)
-          nw[k] = Ti + k < K ? (fresh ? 0.0f : old[Ti + k]) : zx[(Ti + k - K) * dip + Di + ch];
-      }
-    }
-    mamba2_state& out = *outs[0];
-    if (fresh) std::fill(out.ssm.data(), out.ssm.data() + ssm_n, 0.0f);
-    else if (&in != &out) std::memcpy(out.ssm.data(), in.ssm.data(), ssm_n * sizeof(float));
-    for (std::size_t i = 0; i < m; ++i) outs[i]->n = n0 + head + i;
-
-    // The SSM, head by head (in place on out.ssm); no cancellation inside, so the state
-    // is never left half-updated.
-    const std::size_t hpg = H / G;
-    const static_partition part = partition(0, H, tasks);
-    SLM_TRY(parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
-      const index_range r = part.chunk(c);
-      float* scratch = L ? ws.attn.data() + c * (L * L + L) : nullptr;
-      for (std::size_t h = r.begin; h < r.end; ++h) {
-        const std::size_t g = h / hpg;
-        const head_view hv{xs + h * P, xs + Di + g * N, xs + Di + G * N + g * N, dts + h, yb + h * P, cd, H, Di};
-        float* S = out.ssm.data() + h * P * N;
-        if (L) ssm_chunked(hv, h, head, L, S, scratch);
-        else ssm_sequential(hv, h, head, S);
-        for (std::size_t i = 1; i < m; ++i) {  // the recorded states, one token each
-          float* Si = outs[i]->ssm.data() + h * P * N;
-          std::memcpy(Si, S, P * N * sizeof(float));
-          ssm_sequential(hv.at(head + i - 1), h, 1, Si);
-          S = Si;
-        }
-      }
-    }));
-
-    // Gate and norm, in place on yb.
-    const std::size_t gs = cfg.group_size();
-    for (std::size_t t = 0; t < T; ++t) {
-      float* yt = yb + t * Di;
-      const float* z = zx + t * dip;
-      if (!cfg.rmsnorm) {
-        for (std::size_t i = 0; i < Di; ++i) yt[i] *= silu(z[i]);
-        continue;
-      }
-      for (std::size_t g0 = 0; g0 < Di; g0 += gs) {
-        if (!cfg.norm_before_gate)
-          for (std::size_t i = g0; i < g0 + gs; ++i) yt[i] *= silu(z[i]);
-        double ss = 0;
-        for (std::size_t i = g0; i < g0 + gs; ++i) ss += static_cast<double>(yt[i]) * yt[i];
-        const float inv =
-            static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(gs) + static_cast<double>(cfg.eps)));
-        for (std::size_t i = g0; i < g0 + gs; ++i) {
-          yt[i] = yt[i] * inv * norm_w[i];
-          if (cfg.norm_before_gate) yt[i] *= silu(z[i]);
-        }
-      }
-    }
-    return out_proj.apply(yb, T, y, cx);
-  }
+             std::size_t chunk, workspace& ws, compute_context& cx) const;
 
   // One head's inputs: token t's x at x + t * ld (P values), B and C likewise (N values),
   // dt at dt + t * ldt, output y at y + t * ldy.
@@ -454,87 +241,328 @@ class mamba2_mixer {
 
   float d_of(std::size_t h, std::size_t p) const noexcept { return d_per_channel ? D[h * cfg.headdim + p] : D[h]; }
 
-  void ssm_sequential(const head_view& v, std::size_t h, std::size_t T, float* S) const noexcept {
-    const std::size_t P = cfg.headdim, N = cfg.d_state;
-    const float a = A[h];
-    for (std::size_t t = 0; t < T; ++t) {
-      const float* xt = v.x + t * v.ld;
-      const float* Bt = v.B + t * v.ld;
-      const float* Ct = v.C + t * v.ld;
-      const float dt = v.dt[t * v.ldt], dA = std::exp(dt * a);
-      float* yt = v.y + t * v.ldy;
-      for (std::size_t p = 0; p < P; ++p) {
-        float* Sp = S + p * N;
-        const float dx = dt * xt[p];
-        float acc = 0;
-        for (std::size_t n = 0; n < N; ++n) {
-          Sp[n] = dA * Sp[n] + dx * Bt[n];
-          acc += Sp[n] * Ct[n];
-        }
-        yt[p] = acc + d_of(h, p) * xt[p];
-      }
-    }
-  }
+  void ssm_sequential(const head_view& v, std::size_t h, std::size_t T, float* S) const noexcept;
 
   // SSD: chunks of L tokens; scratch holds L * L + L floats.
   void ssm_chunked(const head_view& v, std::size_t h, std::size_t T, std::size_t L, float* S,
-                   float* scratch) const noexcept {
-    const std::size_t P = cfg.headdim, N = cfg.d_state;
-    const float a = A[h];
-    float* M = scratch;          // [L, L], lower triangle
-    float* cum = scratch + L * L;  // [L]
-    for (std::size_t c0 = 0; c0 < T; c0 += L) {
-      const std::size_t Lc = std::min(L, T - c0);
-      const float* x = v.x + c0 * v.ld;
-      const float* B = v.B + c0 * v.ld;
-      const float* C = v.C + c0 * v.ld;
-      const float* dt = v.dt + c0 * v.ldt;
-      float* y = v.y + c0 * v.ldy;
-      float acc = 0;
-      for (std::size_t j = 0; j < Lc; ++j) cum[j] = acc += dt[j * v.ldt] * a;
-      // Intra-chunk coefficients M[i, j] = (C_i . B_j) exp(c_i - c_j) dt_j, j <= i.
-      for (std::size_t i = 0; i < Lc; ++i) {
-        const float* Ci = C + i * v.ld;
-        for (std::size_t j = 0; j <= i; ++j) {
-          const float* Bj = B + j * v.ld;
-          float s = 0;
-          for (std::size_t n = 0; n < N; ++n) s += Ci[n] * Bj[n];
-          M[i * L + j] = s * std::exp(cum[i] - cum[j]) * dt[j * v.ldt];
-        }
+                   float* scratch) const noexcept;
+};
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+SLM_INLINE status mamba2_config::validate() const {
+  if (d_model == 0 || d_state == 0 || d_conv == 0 || headdim == 0 || ngroups == 0 || chunk_size == 0 || inner() == 0)
+    return make_error(errc::invalid_argument, "mamba2: d_model, d_state, d_conv, headdim, ngroups, chunk_size and ",
+                      "d_inner must be positive");
+  if (inner() % headdim != 0)
+    return make_error(errc::invalid_argument, "mamba2: d_inner ", inner(), " is not a multiple of headdim ", headdim);
+  if (heads() % ngroups != 0)
+    return make_error(errc::invalid_argument, "mamba2: ", heads(), " heads do not split into ", ngroups, " groups");
+  if (group_size() == 0 || inner() % group_size() != 0)
+    return make_error(errc::invalid_argument, "mamba2: norm group size ", group_size(), " does not divide d_inner ",
+                      inner());
+  if (!(eps > 0.0f) || !(dt_min <= dt_max))
+    return make_error(errc::invalid_argument, "mamba2: eps must be positive and dt_min <= dt_max");
+  return {};
+}
+
+SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, std::string_view prefix,
+                                                   const mamba2_config& c) {
+  using detail::mamba2::join;
+  SLM_TRY(c.validate());
+  mamba2_mixer m;
+  m.cfg = c;
+  const std::size_t H = c.heads(), Di = c.inner(), cd = c.conv_dim(), K = c.d_conv;
+  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);
+  if (!ip.ok()) return std::move(ip).take_error();
+  m.in_proj = std::move(*ip);
+  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);
+  if (!op.ok()) return std::move(op).take_error();
+  m.out_proj = std::move(*op);
+
+  const std::string wname = join(prefix, "conv1d.weight");
+  auto w = ck.tensor(wname);
+  if (!w.ok()) return std::move(w).take_error();
+  if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
+      static_cast<std::size_t>(w->dim(2)) != K)
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", wname, "' has shape ",
+                      w->shape().to_string(), ", expected [", cd, ", 1, ", K, "]");
+  SLM_TRY(m.conv_w.resize(cd * K));
+  if (auto s = w->to_f32(m.conv_w.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", wname, "'"));
+  if (ck.find(join(prefix, "conv1d.bias"))) {
+    auto b = load_vector(ck, join(prefix, "conv1d.bias"), cd);
+    if (!b.ok()) return std::move(b).take_error();
+    m.conv_b = std::move(*b);
+  } else {
+    SLM_TRY(m.conv_b.assign_zero(cd));
+  }
+  auto dtb = load_vector(ck, join(prefix, "dt_bias"), H);
+  if (!dtb.ok()) return std::move(dtb).take_error();
+  m.dt_bias = std::move(*dtb);
+  auto alog = load_vector(ck, join(prefix, "A_log"), H);
+  if (!alog.ok()) return std::move(alog).take_error();
+  m.A = std::move(*alog);
+  for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
+
+  const std::string dname = join(prefix, "D");
+  auto dt = ck.tensor(dname);
+  if (!dt.ok()) return std::move(dt).take_error();
+  m.d_per_channel = dt->rank() == 1 && static_cast<std::size_t>(dt->dim(0)) == Di && Di != H;
+  auto dv = load_vector(ck, dname, m.d_per_channel ? Di : H);
+  if (!dv.ok()) return std::move(dv).take_error();
+  m.D = std::move(*dv);
+  if (c.rmsnorm) {
+    auto nw = load_vector(ck, join(prefix, "norm.weight"), Di);
+    if (!nw.ok()) return std::move(nw).take_error();
+    m.norm_w = std::move(*nw);
+  }
+  return m;
+}
+
+SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+  mamba2_config m;
+  m.d_model = c.hidden;
+  m.d_state = c.ssm_state;
+  m.d_conv = c.ssm_conv;
+  m.headdim = c.ssm_head_dim;
+  m.ngroups = c.ssm_groups;
+  m.chunk_size = c.ssm_chunk;
+  m.d_inner = c.ssm_heads * c.ssm_head_dim;
+  m.norm_group_size = c.ssm_norm_group;
+  m.eps = c.ssm_eps;
+  m.dt_min = c.ssm_dt_min;
+  if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
+  return load(ck, c.attention_prefix(layer), m);
+}
+
+SLM_INLINE status mamba2_mixer::init_state(mamba2_state& s) const {
+  SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.d_conv));
+  SLM_TRY(s.ssm.resize(cfg.heads() * cfg.headdim * cfg.d_state));
+  s.reset();
+  return {};
+}
+
+SLM_INLINE status mamba2_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws,
+                                        compute_context& cx) const {
+  if (T == 0) return {};
+  if (auto s = c.begin(T); !s.ok()) return std::move(s).with_context("mamba2");
+  const std::span<mamba2_state* const> rec = c.records();
+  const std::size_t head = T - rec.size() + 1;
+  SLM_TRY(run(x, T, out, c.state(), rec, head == 1 ? 0 : cfg.chunk_size, ws, cx));
+  c.commit();
+  return {};
+}
+
+SLM_INLINE status mamba2_mixer::run(const float* x, std::size_t T, float* y, const mamba2_state& in,
+                                    std::span<mamba2_state* const> outs, std::size_t chunk, workspace& ws,
+                                    compute_context& cx) const {
+  using namespace detail::mamba2;
+  if (T == 0) return {};
+  if (!x || !y) return make_error(errc::invalid_argument, "mamba2: null input or output");
+  const std::size_t m = outs.size();
+  if (m == 0 || m > T) return make_error(errc::invalid_argument, "mamba2: ", m, " states to record over ", T, " tokens");
+  for (std::size_t i = 0; i < m; ++i) {
+    if (!outs[i] || (i > 0 && outs[i] == &in))
+      return make_error(errc::invalid_argument, "mamba2: recorded state ", i, " is null or the input state");
+    for (std::size_t j = 0; j < i; ++j)
+      if (outs[j] == outs[i]) return make_error(errc::invalid_argument, "mamba2: recorded states ", j, " and ", i, " alias");
+  }
+  const std::size_t head = T - m + 1;  // tokens before the first recorded state
+  const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, G = cfg.ngroups, K = cfg.d_conv;
+  const std::size_t Di = cfg.inner(), cd = cfg.conv_dim(), dip = cfg.in_proj_dim();
+  const std::size_t conv_n = cd * K, ssm_n = H * P * N;
+  if (in.conv.size() != conv_n || in.ssm.size() != ssm_n)
+    return make_error(errc::invalid_argument, "mamba2: the state is not sized for this layer (init_state)");
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  const std::size_t L = chunk == 0 ? 0 : std::min(chunk, head);
+  std::size_t tasks = static_cast<std::size_t>(cx.ex.concurrency());
+  tasks = std::max<std::size_t>(1, std::min(tasks, H));
+
+  // Fallible work first: the state is written only after in_proj has succeeded.
+  for (mamba2_state* o : outs) {
+    SLM_TRY(o->conv.resize(conv_n));
+    SLM_TRY(o->ssm.resize(ssm_n));
+  }
+  SLM_TRY(ws.proj.resize(T * (dip + cd + H + Di)));
+  if (L) SLM_TRY(ws.attn.resize(tasks * (L * L + L)));
+  float* zx = ws.proj.data();   // [T, dip]: z | xBC | dt
+  float* xs = zx + T * dip;     // [T, cd]: silu(conv(xBC))
+  float* dts = xs + T * cd;     // [T, H]
+  float* yb = dts + T * H;      // [T, Di]
+  SLM_TRY(in_proj.apply(x, T, zx, cx));
+
+  // Causal depthwise conv over [conv state inputs 1..K-1, xBC_0 .. xBC_{T-1}].
+  const bool fresh = in.n == 0;
+  const std::size_t n0 = in.n;
+  for (std::size_t ch = 0; ch < cd; ++ch) {
+    const float* w = conv_w.data() + ch * K;
+    const float* old = in.conv.data() + ch * K;
+    for (std::size_t t = 0; t < T; ++t) {
+      float acc = conv_b[ch];
+      for (std::size_t i = 0; i < K; ++i) {
+        const std::size_t j = t + i;  // index into the extended sequence
+        float v;
+        if (j + 1 < K) v = fresh ? 0.0f : old[j + 1];
+        else v = zx[(j + 1 - K) * dip + Di + ch];
+        acc += w[i] * v;
       }
-      // y_i = exp(c_i) S_in C_i + sum_j M[i, j] x_j + D x_i.
-      for (std::size_t i = 0; i < Lc; ++i) {
-        const float* Ci = C + i * v.ld;
-        const float* xi = x + i * v.ld;
-        float* yi = y + i * v.ldy;
-        const float e = std::exp(cum[i]);
-        for (std::size_t p = 0; p < P; ++p) {
-          const float* Sp = S + p * N;
-          float s = 0;
-          for (std::size_t n = 0; n < N; ++n) s += Sp[n] * Ci[n];
-          yi[p] = e * s + d_of(h, p) * xi[p];
-        }
-        for (std::size_t j = 0; j <= i; ++j) {
-          const float m = M[i * L + j];
-          const float* xj = x + j * v.ld;
-          for (std::size_t p = 0; p < P; ++p) yi[p] += m * xj[p];
-        }
+      xs[t * cd + ch] = silu(acc);
+    }
+  }
+  for (std::size_t t = 0; t < T; ++t)
+    for (std::size_t h = 0; h < H; ++h) {
+      const float d = std::clamp(softplus(zx[t * dip + Di + cd + h] + dt_bias[h]), cfg.dt_min, cfg.dt_max);
+      dts[t * H + h] = d;
+    }
+
+  // New conv states: after Ti tokens, the last K of [old state (K), xBC_0 .. xBC_{Ti-1}].
+  // outs[0] (which may be `in`) is written last; ascending k reads old[Ti + k] before
+  // anything at or past it is written, so in == outs[0] is safe.
+  for (std::size_t i = m; i-- > 0;) {
+    const std::size_t Ti = head + i;
+    for (std::size_t ch = 0; ch < cd; ++ch) {
+      const float* old = in.conv.data() + ch * K;
+      float* nw = outs[i]->conv.data() + ch * K;
+      for (std::size_t k = 0; k < K; ++k)
+        nw[k] = Ti + k < K ? (fresh ? 0.0f : old[Ti + k]) : zx[(Ti + k - K) * dip + Di + ch];
+    }
+  }
+  mamba2_state& out = *outs[0];
+  if (fresh) std::fill(out.ssm.data(), out.ssm.data() + ssm_n, 0.0f);
+  else if (&in != &out) std::memcpy(out.ssm.data(), in.ssm.data(), ssm_n * sizeof(float));
+  for (std::size_t i = 0; i < m; ++i) outs[i]->n = n0 + head + i;
+
+  // The SSM, head by head (in place on out.ssm); no cancellation inside, so the state
+  // is never left half-updated.
+  const std::size_t hpg = H / G;
+  const static_partition part = partition(0, H, tasks);
+  SLM_TRY(parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
+    const index_range r = part.chunk(c);
+    float* scratch = L ? ws.attn.data() + c * (L * L + L) : nullptr;
+    for (std::size_t h = r.begin; h < r.end; ++h) {
+      const std::size_t g = h / hpg;
+      const head_view hv{xs + h * P, xs + Di + g * N, xs + Di + G * N + g * N, dts + h, yb + h * P, cd, H, Di};
+      float* S = out.ssm.data() + h * P * N;
+      if (L) ssm_chunked(hv, h, head, L, S, scratch);
+      else ssm_sequential(hv, h, head, S);
+      for (std::size_t i = 1; i < m; ++i) {  // the recorded states, one token each
+        float* Si = outs[i]->ssm.data() + h * P * N;
+        std::memcpy(Si, S, P * N * sizeof(float));
+        ssm_sequential(hv.at(head + i - 1), h, 1, Si);
+        S = Si;
       }
-      // S_out = exp(c_last) S_in + sum_j exp(c_last - c_j) dt_j x_j (x) B_j.
-      const float last = cum[Lc - 1], el = std::exp(last);
-      for (std::size_t i = 0; i < P * N; ++i) S[i] *= el;
-      for (std::size_t j = 0; j < Lc; ++j) {
-        const float w = std::exp(last - cum[j]) * dt[j * v.ldt];
-        const float* xj = x + j * v.ld;
-        const float* Bj = B + j * v.ld;
-        for (std::size_t p = 0; p < P; ++p) {
-          const float wx = w * xj[p];
-          float* Sp = S + p * N;
-          for (std::size_t n = 0; n < N; ++n) Sp[n] += wx * Bj[n];
-        }
+    }
+  }));
+
+  // Gate and norm, in place on yb.
+  const std::size_t gs = cfg.group_size();
+  for (std::size_t t = 0; t < T; ++t) {
+    float* yt = yb + t * Di;
+    const float* z = zx + t * dip;
+    if (!cfg.rmsnorm) {
+      for (std::size_t i = 0; i < Di; ++i) yt[i] *= silu(z[i]);
+      continue;
+    }
+    for (std::size_t g0 = 0; g0 < Di; g0 += gs) {
+      if (!cfg.norm_before_gate)
+        for (std::size_t i = g0; i < g0 + gs; ++i) yt[i] *= silu(z[i]);
+      double ss = 0;
+      for (std::size_t i = g0; i < g0 + gs; ++i) ss += static_cast<double>(yt[i]) * yt[i];
+      const float inv =
+          static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(gs) + static_cast<double>(cfg.eps)));
+      for (std::size_t i = g0; i < g0 + gs; ++i) {
+        yt[i] = yt[i] * inv * norm_w[i];
+        if (cfg.norm_before_gate) yt[i] *= silu(z[i]);
       }
     }
   }
-};
+  return out_proj.apply(yb, T, y, cx);
+}
+
+SLM_INLINE void mamba2_mixer::ssm_sequential(const head_view& v, std::size_t h, std::size_t T,
+                                             float* S) const noexcept {
+  const std::size_t P = cfg.headdim, N = cfg.d_state;
+  const float a = A[h];
+  for (std::size_t t = 0; t < T; ++t) {
+    const float* xt = v.x + t * v.ld;
+    const float* Bt = v.B + t * v.ld;
+    const float* Ct = v.C + t * v.ld;
+    const float dt = v.dt[t * v.ldt], dA = std::exp(dt * a);
+    float* yt = v.y + t * v.ldy;
+    for (std::size_t p = 0; p < P; ++p) {
+      float* Sp = S + p * N;
+      const float dx = dt * xt[p];
+      float acc = 0;
+      for (std::size_t n = 0; n < N; ++n) {
+        Sp[n] = dA * Sp[n] + dx * Bt[n];
+        acc += Sp[n] * Ct[n];
+      }
+      yt[p] = acc + d_of(h, p) * xt[p];
+    }
+  }
+}
+
+SLM_INLINE void mamba2_mixer::ssm_chunked(const head_view& v, std::size_t h, std::size_t T, std::size_t L, float* S,
+                                          float* scratch) const noexcept {
+  const std::size_t P = cfg.headdim, N = cfg.d_state;
+  const float a = A[h];
+  float* M = scratch;          // [L, L], lower triangle
+  float* cum = scratch + L * L;  // [L]
+  for (std::size_t c0 = 0; c0 < T; c0 += L) {
+    const std::size_t Lc = std::min(L, T - c0);
+    const float* x = v.x + c0 * v.ld;
+    const float* B = v.B + c0 * v.ld;
+    const float* C = v.C + c0 * v.ld;
+    const float* dt = v.dt + c0 * v.ldt;
+    float* y = v.y + c0 * v.ldy;
+    float acc = 0;
+    for (std::size_t j = 0; j < Lc; ++j) cum[j] = acc += dt[j * v.ldt] * a;
+    // Intra-chunk coefficients M[i, j] = (C_i . B_j) exp(c_i - c_j) dt_j, j <= i.
+    for (std::size_t i = 0; i < Lc; ++i) {
+      const float* Ci = C + i * v.ld;
+      for (std::size_t j = 0; j <= i; ++j) {
+        const float* Bj = B + j * v.ld;
+        float s = 0;
+        for (std::size_t n = 0; n < N; ++n) s += Ci[n] * Bj[n];
+        M[i * L + j] = s * std::exp(cum[i] - cum[j]) * dt[j * v.ldt];
+      }
+    }
+    // y_i = exp(c_i) S_in C_i + sum_j M[i, j] x_j + D x_i.
+    for (std::size_t i = 0; i < Lc; ++i) {
+      const float* Ci = C + i * v.ld;
+      const float* xi = x + i * v.ld;
+      float* yi = y + i * v.ldy;
+      const float e = std::exp(cum[i]);
+      for (std::size_t p = 0; p < P; ++p) {
+        const float* Sp = S + p * N;
+        float s = 0;
+        for (std::size_t n = 0; n < N; ++n) s += Sp[n] * Ci[n];
+        yi[p] = e * s + d_of(h, p) * xi[p];
+      }
+      for (std::size_t j = 0; j <= i; ++j) {
+        const float m = M[i * L + j];
+        const float* xj = x + j * v.ld;
+        for (std::size_t p = 0; p < P; ++p) yi[p] += m * xj[p];
+      }
+    }
+    // S_out = exp(c_last) S_in + sum_j exp(c_last - c_j) dt_j x_j (x) B_j.
+    const float last = cum[Lc - 1], el = std::exp(last);
+    for (std::size_t i = 0; i < P * N; ++i) S[i] *= el;
+    for (std::size_t j = 0; j < Lc; ++j) {
+      const float w = std::exp(last - cum[j]) * dt[j * v.ldt];
+      const float* xj = x + j * v.ld;
+      const float* Bj = B + j * v.ld;
+      for (std::size_t p = 0; p < P; ++p) {
+        const float wx = w * xj[p];
+        float* Sp = S + p * N;
+        for (std::size_t n = 0; n < N; ++n) Sp[n] += wx * Bj[n];
+      }
+    }
+  }
+}
+
+#endif  // SLM_DEFINE_DECODER
 
 }  // namespace slm

@@ -295,87 +295,13 @@ class decoder {
     bool has_mixer = true, has_ffn = true;  // which slots the config fills
   };
 
-  static result<decoder> load(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
-    auto ck = checkpoint::open(dir, opt);
-    if (!ck.ok()) return std::move(ck).take_error();
-    return from_checkpoint(std::move(*ck));
-  }
+  static result<decoder> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
 
-  static result<decoder> from_checkpoint(checkpoint&& ck_in) {
-    decoder m;
-    m.ck_.reset(new (std::nothrow) checkpoint(std::move(ck_in)));
-    if (!m.ck_) return make_error(errc::out_of_memory, "cannot allocate the checkpoint");
-    const checkpoint& ck = *m.ck_;
-    auto cfg = model_config::from_json(ck.config());
-    if (!cfg.ok()) return std::move(cfg).take_error().with_context(ck.dir().string());
-    m.cfg_ = std::move(*cfg);
-    const model_config& c = m.cfg_;
-    for (std::size_t i = 0; i < c.n_layers; ++i) {
-      if (!Attention::accepts(c, i) || !Ffn::accepts(c, i))
-        return make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " of this ", c.model_type,
-                          " checkpoint needs ", c.describe_layer(i),
-                          ", which the composition this program was built with does not provide");
-    }
-    auto emb = load_linear_weight(ck, c.embed_name);
-    if (!emb.ok()) return std::move(emb).take_error();
-    if (emb->rows != c.vocab || emb->cols != c.hidden)
-      return make_error(errc::format_error, ck.dir().string(), ": ", c.embed_name, " is [", emb->rows, ", ", emb->cols,
-                        "], the config implies [", c.vocab, ", ", c.hidden, "]");
-    m.embed_ = *emb;
-    if (c.tie_embeddings && !ck.find("lm_head.weight") && !ck.find("lm_head.weight_packed")) {
-      m.lm_head_.w = m.embed_;
-    } else {
-      auto h = load_linear(ck, "lm_head", c.vocab, c.hidden);
-      if (!h.ok()) return std::move(h).take_error();
-      m.lm_head_ = std::move(*h);
-    }
-    auto fn = load_vector(ck, c.final_norm_name + ".weight", c.hidden);
-    if (!fn.ok()) return std::move(fn).take_error();
-    m.final_norm_.weight = std::move(*fn);
-    m.final_norm_.eps = c.norm_eps;
-    m.final_norm_.kind = Norm::kind;
-    m.layers_.resize(c.n_layers);
-    for (std::size_t i = 0; i < c.n_layers; ++i) {
-      layer& L = m.layers_[i];
-      const std::string p = c.layer_prefix(i);
-      L.has_mixer = c.layers[i].attention != attention_kind::none;
-      L.has_ffn = c.layers[i].ffn != ffn_kind::none;
-      if (L.has_mixer) {
-        auto in = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".input_layernorm.weight"), c.hidden);
-        if (!in.ok()) return std::move(in).take_error();
-        L.input_norm.weight = std::move(*in);
-      }
-      if (L.has_ffn) {
-        auto post = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".post_attention_layernorm.weight"), c.hidden);
-        if (!post.ok()) return std::move(post).take_error();
-        L.post_attention_norm.weight = std::move(*post);
-      }
-      L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
-      L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
-      auto a = Attention::load(ck, c, i);
-      if (!a.ok()) return std::move(a).take_error();
-      L.attention = std::move(*a);
-      auto f = Ffn::load(ck, c, i);
-      if (!f.ok()) return std::move(f).take_error();
-      L.ffn = std::move(*f);
-      if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
-    }
-    return m;
-  }
+  static result<decoder> from_checkpoint(checkpoint&& ck_in);
 
   // Every projection of every layer (not routers, embeddings or lm_head, which quantizers
   // keep precise) must be in the composition's format.
-  static status check_format(const checkpoint& ck, std::size_t i, const layer& L) {
-    status s;
-    auto check = [&](std::string_view name, const linear& l, bool projection) {
-      if (s.ok() && projection && l.w.format != Format::id)
-        s = make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " ", name, " is ", to_string(l.w.format),
-                       ", the composition this program was built with expects ", to_string(Format::id));
-    };
-    L.attention.for_each_linear(check);
-    L.ffn.for_each_linear(check);
-    return s;
-  }
+  static status check_format(const checkpoint& ck, std::size_t i, const layer& L);
 
   const model_config& config() const noexcept { return cfg_; }
   const checkpoint& weights() const noexcept { return *ck_; }
@@ -422,108 +348,28 @@ class decoder {
     // `rows` tokens ([rows, V], rows <= T; rows == T gives every position). On any error -
     // a bad id, the context limit, out of memory, cancellation - the session is as it
     // was before the call.
-    status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
-      const model_config& c = m_->cfg_;
-      const std::size_t T = ids.size(), d = c.hidden;
-      if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
-      if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
-      if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
-      for (std::size_t t = 0; t < T; ++t)
-        if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= c.vocab)
-          return make_error(errc::out_of_range, "token id ", ids[t], " at index ", t, " is outside the vocabulary [0, ",
-                            c.vocab, ")");
-      if (pos_ + T > opt_.max_tokens)
-        return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
-                          opt_.max_tokens);
-      SLM_TRY(ensure_caches());
-      const std::size_t pos0 = pos_;
-      status s = run(ids, rows, logits, cx);
-      if (!s.ok()) {  // roll every cache back to where the call began
-        for (auto& kc : caches_) kc.truncate(pos0);
-        return s;
-      }
-      pos_ = pos0 + T;
-      (void)d;
-      return s;
-    }
+    status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
 
     // ---- Session state (see the top of this file) ----
 
     // Whether rollback(n) would succeed: n <= position() and every layer can drop n
     // tokens exactly (KV caches always; recurrent layers within their kept history).
-    bool can_rollback(std::size_t n) const noexcept {
-      if (n == 0) return true;
-      if (n > pos_) return false;
-      for (const auto& c : caches_)
-        if (!c.can_truncate(pos_ - n)) return false;
-      return true;
-    }
+    bool can_rollback(std::size_t n) const noexcept;
     // The largest n such that rollback(k) succeeds for every k <= n: position() for KV
     // models, min(position(), rollback_tokens) once a recurrent session has run that far.
     // (rollback of exactly the last call's tokens also succeeds: can_rollback says so.)
-    std::size_t rollback_limit() const noexcept {
-      std::size_t lim = pos_;
-      for (const auto& c : caches_) lim = std::min(lim, c.rollback_limit());
-      return lim;
-    }
+    std::size_t rollback_limit() const noexcept;
     // Drops the last n tokens: the next forward continues from position() - n exactly as
     // if they had never been fed. An error (n > position(), or a recurrent layer that did
     // not keep the state n tokens back) leaves the session unchanged.
-    status rollback(std::size_t n) {
-      if (n == 0) return {};
-      if (n > pos_)
-        return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
-      const std::size_t len = pos_ - n;
-      for (std::size_t i = 0; i < caches_.size(); ++i)
-        if (!caches_[i].can_truncate(len))
-          return make_error(errc::unsupported, "rollback: layer ", i, " (", caches_[i].kind(), ") cannot drop ", n,
-                            " tokens: a recurrent layer keeps the states of its last ", caches_[i].rollback_limit(),
-                            " tokens (session_options::rollback_tokens = ", opt_.rollback_tokens,
-                            "); the session is unchanged");
-      for (auto& c : caches_) c.truncate(len);
-      pos_ = len;
-      return {};
-    }
+    status rollback(std::size_t n);
 
     // A deep copy of the caches (rows in use only; recurrent states with their history).
-    result<typename decoder::snapshot> snapshot() const {
-      typename decoder::snapshot out;
-      session_options o = opt_;
-      o.reserve_tokens = 0;
-      SLM_TRY(make_caches(out.caches_, o));
-      for (std::size_t i = 0; i < caches_.size(); ++i)
-        if (auto st = out.caches_[i].copy_from(caches_[i]); !st.ok())
-          return std::move(st).with_context(cat("snapshot: layer ", i));
-      out.pos_ = pos_;
-      out.kv_ = opt_.kv;
-      out.fp_ = fingerprint(out.caches_);
-      return out;
-    }
+    result<typename decoder::snapshot> snapshot() const;
     // Back to a snapshot of this or another session of a model with the same structure
     // and KV dtype. On error (a mismatch, out of memory) the session is unchanged; the
     // copy is built beside the current caches and swapped in.
-    status restore(const typename decoder::snapshot& snap) {
-      std::vector<cache> fresh;
-      SLM_TRY(make_caches(fresh, opt_));
-      if (snap.kv_ != opt_.kv)
-        return make_error(errc::invalid_argument, "restore: the snapshot holds ", state_format::kv_name(static_cast<std::uint8_t>(snap.kv_)),
-                          " KV caches, this session stores ", state_format::kv_name(static_cast<std::uint8_t>(opt_.kv)),
-                          " (session_options::kv)");
-      const std::uint64_t fp = fingerprint(fresh);
-      if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
-        return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
-                          snap.caches_.size(), " layers, fingerprint ", snap.fp_, "; this model: ", fresh.size(),
-                          " layers, fingerprint ", fp, ")");
-      if (snap.pos_ > opt_.max_tokens)
-        return make_error(errc::out_of_range, "restore: the snapshot holds ", snap.pos_,
-                          " positions, this session's limit is ", opt_.max_tokens);
-      for (std::size_t i = 0; i < fresh.size(); ++i)
-        if (auto st = fresh[i].copy_from(snap.caches_[i]); !st.ok())
-          return std::move(st).with_context(cat("restore: layer ", i));
-      caches_ = std::move(fresh);
-      pos_ = snap.pos_;
-      return {};
-    }
+    status restore(const typename decoder::snapshot& snap);
 
     // Serializes the session state (the format at the top of this file) through
     // write(std::span<const std::byte>) -> status, called in order; its error stops the
@@ -537,146 +383,30 @@ class decoder {
       return write_state_blob(write, header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
     }
     // The same into a byte vector (std::vector: for very large states prefer the writer).
-    result<std::vector<std::byte>> save() const {
-      std::vector<cache> scratch;
-      const std::vector<cache>* cs = &caches_;
-      SLM_TRY(current_caches(scratch, cs));
-      return state_blob(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
-    }
+    result<std::vector<std::byte>> save() const;
     // The number of bytes save() writes.
-    result<std::uint64_t> saved_size() const {
-      std::vector<cache> scratch;
-      const std::vector<cache>* cs = &caches_;
-      SLM_TRY(current_caches(scratch, cs));
-      return state_blob_size(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
-    }
+    result<std::uint64_t> saved_size() const;
     // Replaces the session state with a saved one, from a session of a model with the
     // same structure and KV dtype. Every field and length is checked before anything is
     // replaced: on any error (format_error for a truncated, corrupted or hostile blob,
     // invalid_argument for another model's or KV dtype's, unsupported for another
     // version) the session is unchanged.
-    status load(std::span<const std::byte> bytes) {
-      if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
-      return {};
-    }
+    status load(std::span<const std::byte> bytes);
 
    private:
 
     // Caches for every layer, initialized for options o.
-    status make_caches(std::vector<cache>& out, const session_options& o) const {
-      out.clear();
-      out.resize(m_->layers_.size());
-      for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(m_->layers_[i].attention.init_cache(out[i], o));
-      return {};
-    }
-    status ensure_caches() {
-      if (!caches_.empty()) return {};
-      std::vector<cache> fresh;
-      SLM_TRY(make_caches(fresh, opt_));
-      caches_ = std::move(fresh);
-      return {};
-    }
+    status make_caches(std::vector<cache>& out, const session_options& o) const;
+    status ensure_caches();
     // The caches, or fresh ones in `scratch` for a session that has not run yet.
-    status current_caches(std::vector<cache>& scratch, const std::vector<cache>*& cs) const {
-      cs = &caches_;
-      if (!caches_.empty()) return {};
-      session_options o = opt_;
-      o.reserve_tokens = 0;
-      SLM_TRY(make_caches(scratch, o));
-      cs = &scratch;
-      return {};
-    }
+    status current_caches(std::vector<cache>& scratch, const std::vector<cache>*& cs) const;
     // The model's layer structure and dimensions, each cache's layout, the KV dtype.
-    std::uint64_t fingerprint(const std::vector<cache>& cs) const {
-      const model_config& c = m_->cfg_;
-      state_hasher h;
-      h.add(std::string_view("slm decoder session"));
-      for (std::size_t v : {c.n_layers, c.hidden, c.vocab, c.n_heads, c.n_kv_heads, c.head_dim, c.kv_lora_rank,
-                            c.qk_rope_dim, c.index_head_dim, c.ssm_heads, c.ssm_head_dim, c.ssm_state, c.ssm_groups,
-                            c.ssm_conv})
-        h.add(static_cast<std::uint64_t>(v));
-      h.add(static_cast<std::uint64_t>(opt_.kv));
-      for (std::size_t i = 0; i < cs.size(); ++i) {
-        const layer_spec& l = c.layers[i];
-        h.add(static_cast<std::uint64_t>(l.attention));
-        h.add(static_cast<std::uint64_t>(l.ffn));
-        h.add(static_cast<std::uint64_t>(l.sparse));
-        h.add(static_cast<std::uint64_t>(l.window));
-        h.add(std::string_view(cs[i].kind()));
-        cs[i].fingerprint(h);
-      }
-      return h.value();
-    }
-    state_format::header header_of(const std::vector<cache>& cs) const {
-      state_format::header h;
-      h.session = state_format::session_kind::decoder;
-      h.kv = static_cast<std::uint8_t>(opt_.kv);
-      h.fingerprint = fingerprint(cs);
-      h.records = cs.size();
-      h.position = pos_;
-      return h;
-    }
-    status write_records(state_writer& w, const std::vector<cache>& cs) const {
-      for (std::size_t i = 0; i < cs.size(); ++i) {
-        SLM_TRY(w.kind(cs[i].kind()));
-        if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
-      }
-      return {};
-    }
-    status load_impl(std::span<const std::byte> bytes) {
-      std::vector<cache> fresh;
-      SLM_TRY(make_caches(fresh, opt_));
-      std::size_t position = 0;
-      state_reader r({});
-      SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
-      for (std::size_t i = 0; i < fresh.size(); ++i) {
-        const std::string_view want = fresh[i].kind();
-        SLM_TRY(expect_record(r, want, cat("layer ", i)));
-        if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
-        if (m_->layers_[i].has_mixer && fresh[i].size() != position)
-          return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
-                            " positions, the header says ", position);
-      }
-      if (r.remaining() != 0)
-        return make_error(errc::format_error, r.remaining(), " bytes after the last layer record");
-      caches_ = std::move(fresh);
-      pos_ = position;
-      return {};
-    }
+    std::uint64_t fingerprint(const std::vector<cache>& cs) const;
+    state_format::header header_of(const std::vector<cache>& cs) const;
+    status write_records(state_writer& w, const std::vector<cache>& cs) const;
+    status load_impl(std::span<const std::byte> bytes);
 
-    status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
-      const model_config& c = m_->cfg_;
-      const std::size_t T = ids.size(), d = c.hidden;
-      SLM_TRY(x_.resize(T * d));
-      SLM_TRY(h_.resize(T * d));
-      SLM_TRY(y_.resize(T * d));
-      for (std::size_t t = 0; t < T; ++t)
-        dequantize_row(m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
-      if (c.embedding_multiplier != 1.0f)
-        for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
-      const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
-      for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
-        SLM_TRY(check_cancelled(cx.cancel));
-        const layer& L = m_->layers_[i];
-        if (L.has_mixer) {
-          L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
-          SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
-          for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
-        }
-        if (L.has_ffn) {
-          L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
-          SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
-          for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
-        }
-      }
-      if (rows == 0) return {};
-      const float* last = x_.data() + (T - rows) * d;
-      m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
-      SLM_TRY(m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
-      if (c.logits_scaling != 1.0f)
-        for (std::size_t k = 0; k < rows * c.vocab; ++k) logits[k] /= c.logits_scaling;
-      return {};
-    }
+    status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
 
     const decoder* m_;
     session_options opt_;
@@ -697,7 +427,358 @@ class decoder {
   std::vector<layer> layers_;
 };
 
+// ---- decoder: member definitions ----
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Format>::load(
+    const std::filesystem::path& dir, const checkpoint_options& opt) {
+  auto ck = checkpoint::open(dir, opt);
+  if (!ck.ok()) return std::move(ck).take_error();
+  return from_checkpoint(std::move(*ck));
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Format>::from_checkpoint(
+    checkpoint&& ck_in) {
+  decoder m;
+  m.ck_.reset(new (std::nothrow) checkpoint(std::move(ck_in)));
+  if (!m.ck_) return make_error(errc::out_of_memory, "cannot allocate the checkpoint");
+  const checkpoint& ck = *m.ck_;
+  auto cfg = model_config::from_json(ck.config());
+  if (!cfg.ok()) return std::move(cfg).take_error().with_context(ck.dir().string());
+  m.cfg_ = std::move(*cfg);
+  const model_config& c = m.cfg_;
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    if (!Attention::accepts(c, i) || !Ffn::accepts(c, i))
+      return make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " of this ", c.model_type,
+                        " checkpoint needs ", c.describe_layer(i),
+                        ", which the composition this program was built with does not provide");
+  }
+  auto emb = load_linear_weight(ck, c.embed_name);
+  if (!emb.ok()) return std::move(emb).take_error();
+  if (emb->rows != c.vocab || emb->cols != c.hidden)
+    return make_error(errc::format_error, ck.dir().string(), ": ", c.embed_name, " is [", emb->rows, ", ", emb->cols,
+                      "], the config implies [", c.vocab, ", ", c.hidden, "]");
+  m.embed_ = *emb;
+  if (c.tie_embeddings && !ck.find("lm_head.weight") && !ck.find("lm_head.weight_packed")) {
+    m.lm_head_.w = m.embed_;
+  } else {
+    auto h = load_linear(ck, "lm_head", c.vocab, c.hidden);
+    if (!h.ok()) return std::move(h).take_error();
+    m.lm_head_ = std::move(*h);
+  }
+  auto fn = load_vector(ck, c.final_norm_name + ".weight", c.hidden);
+  if (!fn.ok()) return std::move(fn).take_error();
+  m.final_norm_.weight = std::move(*fn);
+  m.final_norm_.eps = c.norm_eps;
+  m.final_norm_.kind = Norm::kind;
+  m.layers_.resize(c.n_layers);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    layer& L = m.layers_[i];
+    const std::string p = c.layer_prefix(i);
+    L.has_mixer = c.layers[i].attention != attention_kind::none;
+    L.has_ffn = c.layers[i].ffn != ffn_kind::none;
+    if (L.has_mixer) {
+      auto in = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".input_layernorm.weight"), c.hidden);
+      if (!in.ok()) return std::move(in).take_error();
+      L.input_norm.weight = std::move(*in);
+    }
+    if (L.has_ffn) {
+      auto post = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".post_attention_layernorm.weight"), c.hidden);
+      if (!post.ok()) return std::move(post).take_error();
+      L.post_attention_norm.weight = std::move(*post);
+    }
+    L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
+    L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
+    auto a = Attention::load(ck, c, i);
+    if (!a.ok()) return std::move(a).take_error();
+    L.attention = std::move(*a);
+    auto f = Ffn::load(ck, c, i);
+    if (!f.ok()) return std::move(f).take_error();
+    L.ffn = std::move(*f);
+    if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
+  }
+  return m;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::check_format(const checkpoint& ck, std::size_t i, const layer& L) {
+  if constexpr (std::same_as<Format, format::any>) {  // every format is the composition's
+    return {};
+  } else {
+    status s;
+    auto check = [&](std::string_view name, const linear& l, bool projection) {
+      if (s.ok() && projection && l.w.format != Format::id)
+        s = make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " ", name, " is ", to_string(l.w.format),
+                       ", the composition this program was built with expects ", to_string(Format::id));
+    };
+    L.attention.for_each_linear(check);
+    L.ffn.for_each_linear(check);
+    return s;
+  }
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::forward(
+    std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+  const model_config& c = m_->cfg_;
+  const std::size_t T = ids.size(), d = c.hidden;
+  if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
+  if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
+  if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
+  for (std::size_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= c.vocab)
+      return make_error(errc::out_of_range, "token id ", ids[t], " at index ", t, " is outside the vocabulary [0, ",
+                        c.vocab, ")");
+  if (pos_ + T > opt_.max_tokens)
+    return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
+                      opt_.max_tokens);
+  SLM_TRY(ensure_caches());
+  const std::size_t pos0 = pos_;
+  status s = run(ids, rows, logits, cx);
+  if (!s.ok()) {  // roll every cache back to where the call began
+    for (auto& kc : caches_) kc.truncate(pos0);
+    return s;
+  }
+  pos_ = pos0 + T;
+  (void)d;
+  return s;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+bool decoder<Attention, Ffn, Norm, Format>::session::can_rollback(std::size_t n) const noexcept {
+  if (n == 0) return true;
+  if (n > pos_) return false;
+  for (const auto& c : caches_)
+    if (!c.can_truncate(pos_ - n)) return false;
+  return true;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+std::size_t decoder<Attention, Ffn, Norm, Format>::session::rollback_limit() const noexcept {
+  std::size_t lim = pos_;
+  for (const auto& c : caches_) lim = std::min(lim, c.rollback_limit());
+  return lim;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::rollback(std::size_t n) {
+  if (n == 0) return {};
+  if (n > pos_)
+    return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
+  const std::size_t len = pos_ - n;
+  for (std::size_t i = 0; i < caches_.size(); ++i)
+    if (!caches_[i].can_truncate(len))
+      return make_error(errc::unsupported, "rollback: layer ", i, " (", caches_[i].kind(), ") cannot drop ", n,
+                        " tokens: a recurrent layer keeps the states of its last ", caches_[i].rollback_limit(),
+                        " tokens (session_options::rollback_tokens = ", opt_.rollback_tokens,
+                        "); the session is unchanged");
+  for (auto& c : caches_) c.truncate(len);
+  pos_ = len;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+auto decoder<Attention, Ffn, Norm, Format>::session::snapshot() const -> result<typename decoder::snapshot> {
+  typename decoder::snapshot out;
+  session_options o = opt_;
+  o.reserve_tokens = 0;
+  SLM_TRY(make_caches(out.caches_, o));
+  for (std::size_t i = 0; i < caches_.size(); ++i)
+    if (auto st = out.caches_[i].copy_from(caches_[i]); !st.ok())
+      return std::move(st).with_context(cat("snapshot: layer ", i));
+  out.pos_ = pos_;
+  out.kv_ = opt_.kv;
+  out.fp_ = fingerprint(out.caches_);
+  return out;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::restore(const typename decoder::snapshot& snap) {
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  if (snap.kv_ != opt_.kv)
+    return make_error(errc::invalid_argument, "restore: the snapshot holds ", state_format::kv_name(static_cast<std::uint8_t>(snap.kv_)),
+                      " KV caches, this session stores ", state_format::kv_name(static_cast<std::uint8_t>(opt_.kv)),
+                      " (session_options::kv)");
+  const std::uint64_t fp = fingerprint(fresh);
+  if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
+    return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
+                      snap.caches_.size(), " layers, fingerprint ", snap.fp_, "; this model: ", fresh.size(),
+                      " layers, fingerprint ", fp, ")");
+  if (snap.pos_ > opt_.max_tokens)
+    return make_error(errc::out_of_range, "restore: the snapshot holds ", snap.pos_,
+                      " positions, this session's limit is ", opt_.max_tokens);
+  for (std::size_t i = 0; i < fresh.size(); ++i)
+    if (auto st = fresh[i].copy_from(snap.caches_[i]); !st.ok())
+      return std::move(st).with_context(cat("restore: layer ", i));
+  caches_ = std::move(fresh);
+  pos_ = snap.pos_;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<std::vector<std::byte>> decoder<Attention, Ffn, Norm, Format>::session::save() const {
+  std::vector<cache> scratch;
+  const std::vector<cache>* cs = &caches_;
+  SLM_TRY(current_caches(scratch, cs));
+  return state_blob(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<std::uint64_t> decoder<Attention, Ffn, Norm, Format>::session::saved_size() const {
+  std::vector<cache> scratch;
+  const std::vector<cache>* cs = &caches_;
+  SLM_TRY(current_caches(scratch, cs));
+  return state_blob_size(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::load(std::span<const std::byte> bytes) {
+  if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::make_caches(
+    std::vector<cache>& out, const session_options& o) const {
+  out.clear();
+  out.resize(m_->layers_.size());
+  for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(m_->layers_[i].attention.init_cache(out[i], o));
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::ensure_caches() {
+  if (!caches_.empty()) return {};
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  caches_ = std::move(fresh);
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::current_caches(
+    std::vector<cache>& scratch, const std::vector<cache>*& cs) const {
+  cs = &caches_;
+  if (!caches_.empty()) return {};
+  session_options o = opt_;
+  o.reserve_tokens = 0;
+  SLM_TRY(make_caches(scratch, o));
+  cs = &scratch;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+std::uint64_t decoder<Attention, Ffn, Norm, Format>::session::fingerprint(const std::vector<cache>& cs) const {
+  const model_config& c = m_->cfg_;
+  state_hasher h;
+  h.add(std::string_view("slm decoder session"));
+  for (std::size_t v : {c.n_layers, c.hidden, c.vocab, c.n_heads, c.n_kv_heads, c.head_dim, c.kv_lora_rank,
+                        c.qk_rope_dim, c.index_head_dim, c.ssm_heads, c.ssm_head_dim, c.ssm_state, c.ssm_groups,
+                        c.ssm_conv})
+    h.add(static_cast<std::uint64_t>(v));
+  h.add(static_cast<std::uint64_t>(opt_.kv));
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const layer_spec& l = c.layers[i];
+    h.add(static_cast<std::uint64_t>(l.attention));
+    h.add(static_cast<std::uint64_t>(l.ffn));
+    h.add(static_cast<std::uint64_t>(l.sparse));
+    h.add(static_cast<std::uint64_t>(l.window));
+    h.add(std::string_view(cs[i].kind()));
+    cs[i].fingerprint(h);
+  }
+  return h.value();
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+state_format::header decoder<Attention, Ffn, Norm, Format>::session::header_of(const std::vector<cache>& cs) const {
+  state_format::header h;
+  h.session = state_format::session_kind::decoder;
+  h.kv = static_cast<std::uint8_t>(opt_.kv);
+  h.fingerprint = fingerprint(cs);
+  h.records = cs.size();
+  h.position = pos_;
+  return h;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::write_records(
+    state_writer& w, const std::vector<cache>& cs) const {
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    SLM_TRY(w.kind(cs[i].kind()));
+    if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
+  }
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::load_impl(std::span<const std::byte> bytes) {
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  std::size_t position = 0;
+  state_reader r({});
+  SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    const std::string_view want = fresh[i].kind();
+    SLM_TRY(expect_record(r, want, cat("layer ", i)));
+    if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
+    if (m_->layers_[i].has_mixer && fresh[i].size() != position)
+      return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
+                        " positions, the header says ", position);
+  }
+  if (r.remaining() != 0)
+    return make_error(errc::format_error, r.remaining(), " bytes after the last layer record");
+  caches_ = std::move(fresh);
+  pos_ = position;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::run(
+    std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+  const model_config& c = m_->cfg_;
+  const std::size_t T = ids.size(), d = c.hidden;
+  SLM_TRY(x_.resize(T * d));
+  SLM_TRY(h_.resize(T * d));
+  SLM_TRY(y_.resize(T * d));
+  for (std::size_t t = 0; t < T; ++t)
+    dequantize_row(m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
+  if (c.embedding_multiplier != 1.0f)
+    for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
+  const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
+  for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
+    SLM_TRY(check_cancelled(cx.cancel));
+    const layer& L = m_->layers_[i];
+    if (L.has_mixer) {
+      L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
+      SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
+      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+    }
+    if (L.has_ffn) {
+      L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
+      SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
+      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+    }
+  }
+  if (rows == 0) return {};
+  const float* last = x_.data() + (T - rows) * d;
+  m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
+  SLM_TRY(m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
+  if (c.logits_scaling != 1.0f)
+    for (std::size_t k = 0; k < rows * c.vocab; ++k) logits[k] /= c.logits_scaling;
+  return {};
+}
+
 // The config-driven model: any supported architecture, chosen per layer at load time.
 using model = decoder<any_attention, any_ffn>;
+
+// Compiled mode: the library's decoder unit instantiates slm::model once; other files
+// use that instantiation (other compositions are instantiated where they are used).
+#if SLM_COMPILED && !SLM_UNIT_DECODER
+extern template class decoder<any_attention, any_ffn>;
+#elif SLM_COMPILED
+template class decoder<any_attention, any_ffn>;
+#endif
 
 }  // namespace slm

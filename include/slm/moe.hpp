@@ -46,32 +46,10 @@ struct router_choice {
 struct softmax_topk_router {
   bool normalize = true;
 
-  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* E */) const noexcept {
-    const float m = *std::max_element(logits, logits + E);
-    double sum = 0;
-    for (std::size_t e = 0; e < E; ++e) sum += tmp[e] = std::exp(logits[e] - m);
-    for (std::size_t e = 0; e < E; ++e) tmp[e] = static_cast<float>(tmp[e] / sum);
-    top_k(tmp, E, k, out);
-    for (std::size_t i = 0; i < k; ++i) out[i].weight = tmp[out[i].expert];
-    if (normalize) {
-      float s = 0;
-      for (std::size_t i = 0; i < k; ++i) s += out[i].weight;
-      for (std::size_t i = 0; i < k; ++i) out[i].weight /= s;
-    }
-  }
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* E */) const noexcept;
 
   // The k largest of v[0..n) (ties: lower index first), in descending order.
-  static void top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept {
-    for (std::size_t i = 0; i < k; ++i) {
-      std::size_t best = n;
-      for (std::size_t e = 0; e < n; ++e) {
-        bool taken = false;
-        for (std::size_t j = 0; j < i; ++j) taken |= out[j].expert == e;
-        if (!taken && (best == n || v[e] > v[best])) best = e;
-      }
-      out[i] = {static_cast<std::uint32_t>(best), v[best]};
-    }
-  }
+  static void top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept;
 };
 
 struct sigmoid_grouped_router {
@@ -80,41 +58,7 @@ struct sigmoid_grouped_router {
   bool normalize = true;
   float scaling = 1.0f;
 
-  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* 2E */) const noexcept {
-    float* score = tmp;       // sigmoid(logits)
-    float* choice = tmp + E;  // score + bias, then -inf outside the chosen groups
-    for (std::size_t e = 0; e < E; ++e) {
-      score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-      choice[e] = score[e] + (correction_bias ? correction_bias[e] : 0.0f);
-    }
-    if (n_group > 1) {
-      const std::size_t per = E / n_group;
-      float group_score[256];  // n_group <= E / 2; checked at load to fit
-      for (std::size_t g = 0; g < n_group; ++g) {
-        float a = -INFINITY, b = -INFINITY;  // the two best of the group
-        for (std::size_t i = g * per; i < (g + 1) * per; ++i) {
-          if (choice[i] > a) { b = a; a = choice[i]; }
-          else if (choice[i] > b) b = choice[i];
-        }
-        group_score[g] = a + b;
-      }
-      router_choice keep[256];
-      softmax_topk_router::top_k(group_score, n_group, topk_group, keep);
-      for (std::size_t g = 0; g < n_group; ++g) {
-        bool kept = false;
-        for (std::size_t i = 0; i < topk_group; ++i) kept |= keep[i].expert == g;
-        if (!kept)
-          for (std::size_t i = g * per; i < (g + 1) * per; ++i) choice[i] = -INFINITY;
-      }
-    }
-    softmax_topk_router::top_k(choice, E, k, out);
-    float s = 0;
-    for (std::size_t i = 0; i < k; ++i) s += out[i].weight = score[out[i].expert];
-    for (std::size_t i = 0; i < k; ++i) {
-      if (normalize) out[i].weight /= s + 1e-20f;
-      out[i].weight *= scaling;
-    }
-  }
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* 2E */) const noexcept;
 };
 
 // The router as a composition names it: a router type fixes it at compile time,
@@ -401,5 +345,75 @@ struct basic_moe_ffn {
 };
 
 using moe_ffn = basic_moe_ffn<>;
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+SLM_INLINE void softmax_topk_router::route(const float* logits, std::size_t E, std::size_t k, router_choice* out,
+                                           float* tmp /* E */) const noexcept {
+  const float m = *std::max_element(logits, logits + E);
+  double sum = 0;
+  for (std::size_t e = 0; e < E; ++e) sum += tmp[e] = std::exp(logits[e] - m);
+  for (std::size_t e = 0; e < E; ++e) tmp[e] = static_cast<float>(tmp[e] / sum);
+  top_k(tmp, E, k, out);
+  for (std::size_t i = 0; i < k; ++i) out[i].weight = tmp[out[i].expert];
+  if (normalize) {
+    float s = 0;
+    for (std::size_t i = 0; i < k; ++i) s += out[i].weight;
+    for (std::size_t i = 0; i < k; ++i) out[i].weight /= s;
+  }
+}
+
+SLM_INLINE void softmax_topk_router::top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept {
+  for (std::size_t i = 0; i < k; ++i) {
+    std::size_t best = n;
+    for (std::size_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (std::size_t j = 0; j < i; ++j) taken |= out[j].expert == e;
+      if (!taken && (best == n || v[e] > v[best])) best = e;
+    }
+    out[i] = {static_cast<std::uint32_t>(best), v[best]};
+  }
+}
+
+SLM_INLINE void sigmoid_grouped_router::route(const float* logits, std::size_t E, std::size_t k, router_choice* out,
+                                              float* tmp /* 2E */) const noexcept {
+  float* score = tmp;       // sigmoid(logits)
+  float* choice = tmp + E;  // score + bias, then -inf outside the chosen groups
+  for (std::size_t e = 0; e < E; ++e) {
+    score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    choice[e] = score[e] + (correction_bias ? correction_bias[e] : 0.0f);
+  }
+  if (n_group > 1) {
+    const std::size_t per = E / n_group;
+    float group_score[256];  // n_group <= E / 2; checked at load to fit
+    for (std::size_t g = 0; g < n_group; ++g) {
+      float a = -INFINITY, b = -INFINITY;  // the two best of the group
+      for (std::size_t i = g * per; i < (g + 1) * per; ++i) {
+        if (choice[i] > a) { b = a; a = choice[i]; }
+        else if (choice[i] > b) b = choice[i];
+      }
+      group_score[g] = a + b;
+    }
+    router_choice keep[256];
+    softmax_topk_router::top_k(group_score, n_group, topk_group, keep);
+    for (std::size_t g = 0; g < n_group; ++g) {
+      bool kept = false;
+      for (std::size_t i = 0; i < topk_group; ++i) kept |= keep[i].expert == g;
+      if (!kept)
+        for (std::size_t i = g * per; i < (g + 1) * per; ++i) choice[i] = -INFINITY;
+    }
+  }
+  softmax_topk_router::top_k(choice, E, k, out);
+  float s = 0;
+  for (std::size_t i = 0; i < k; ++i) s += out[i].weight = score[out[i].expert];
+  for (std::size_t i = 0; i < k; ++i) {
+    if (normalize) out[i].weight /= s + 1e-20f;
+    out[i].weight *= scaling;
+  }
+}
+
+#endif  // SLM_DEFINE_DECODER
 
 }  // namespace slm

@@ -110,42 +110,11 @@ inline std::uint64_t rotl(std::uint64_t x, int r) noexcept { return (x << r) | (
 // multiply-rotate lanes, a tail of fewer than 32 bytes, the length, an avalanche.
 class checksum {
  public:
-  void update(const std::byte* p, std::size_t n) noexcept {
-    length_ += n;
-    if (fill_) {
-      const std::size_t take = std::min(n, sizeof buf_ - fill_);
-      std::memcpy(buf_ + fill_, p, take);
-      fill_ += take;
-      p += take;
-      n -= take;
-      if (fill_ < sizeof buf_) return;
-      block(buf_);
-      fill_ = 0;
-    }
-    for (; n >= sizeof buf_; p += sizeof buf_, n -= sizeof buf_) block(p);
-    if (n) std::memcpy(buf_, p, n);
-    fill_ = n;
-  }
-  std::uint64_t value() const noexcept {
-    std::uint64_t h = detail::rotl(lane_[0], 1) + detail::rotl(lane_[1], 7) + detail::rotl(lane_[2], 12) +
-                      detail::rotl(lane_[3], 18);
-    for (std::size_t i = 0; i < fill_; ++i) h = (h ^ static_cast<std::uint64_t>(buf_[i])) * 0x100000001B3ull;
-    h ^= length_;
-    h ^= h >> 33;  // splitmix64's finalizer
-    h *= 0xFF51AFD7ED558CCDull;
-    h ^= h >> 33;
-    h *= 0xC4CEB9FE1A85EC53ull;
-    h ^= h >> 33;
-    return h;
-  }
+  void update(const std::byte* p, std::size_t n) noexcept;
+  std::uint64_t value() const noexcept;
 
  private:
-  void block(const std::byte* p) noexcept {
-    for (int i = 0; i < 4; ++i) {
-      const std::uint64_t w = detail::load_u64le(p + 8 * i);
-      lane_[i] = detail::rotl(lane_[i] + w * 0xC2B2AE3D27D4EB4Full, 31) * 0x9E3779B97F4A7C15ull;
-    }
-  }
+  void block(const std::byte* p) noexcept;
   std::uint64_t lane_[4] = {0x243F6A8885A308D3ull, 0x13198A2E03707344ull, 0xA4093822299F31D0ull,
                             0x082EFA98EC4E6C89ull};
   std::byte buf_[32] = {};
@@ -198,14 +167,7 @@ class state_writer {
   status u32(std::uint32_t v) { return le(v, 4); }
   status u64(std::uint64_t v) { return le(v, 8); }
   // A kind tag: exactly state_format::kind_bytes bytes, NUL-padded.
-  status kind(std::string_view k) {
-    if (k.empty() || k.size() > state_format::kind_bytes)
-      return make_error(errc::invalid_argument, "kind tag '", k, "' must have 1 to ",
-                        state_format::kind_bytes, " characters");
-    char tag[state_format::kind_bytes] = {};
-    std::memcpy(tag, k.data(), k.size());
-    return bytes(tag, sizeof tag);
-  }
+  status kind(std::string_view k);
   // n floats as their little-endian IEEE-754 bits.
   status f32(const float* p, std::size_t n) {
     if constexpr (std::endian::native == std::endian::little) {
@@ -232,13 +194,7 @@ class state_writer {
   }
   // An f32 rows block (the layout of an f32 KV rows block, attention.hpp): u8 0, 7 zero
   // bytes, u64 width, u64 rows, rows x width f32.
-  status f32_rows(const float* p, std::size_t rows, std::size_t width) {
-    SLM_TRY(u8(0));
-    SLM_TRY(bytes("\0\0\0\0\0\0\0", 7));
-    SLM_TRY(u64(width));
-    SLM_TRY(u64(rows));
-    return f32(p, rows * width);
-  }
+  status f32_rows(const float* p, std::size_t rows, std::size_t width);
   std::uint64_t written() const noexcept { return written_; }
   std::uint64_t checksum() const noexcept { return sum_.value(); }
 
@@ -276,18 +232,10 @@ class state_reader {
   std::size_t remaining() const noexcept { return data_.size() - pos_; }
 
   // Fails unless n more bytes are there.
-  status need(std::size_t n, std::string_view what) const {
-    if (n <= remaining()) return {};
-    return make_error(errc::format_error, "truncated: ", what, " at byte ", pos_, " needs ", n,
-                      " bytes, ", remaining(), " remain");
-  }
+  status need(std::size_t n, std::string_view what) const;
   // Fails unless `count` items of `item_bytes` each fit in what remains (checked before
   // anything is allocated for them; item_bytes == 0 always fits).
-  status need_items(std::uint64_t count, std::size_t item_bytes, std::string_view what) const {
-    if (item_bytes == 0 || count <= remaining() / item_bytes) return {};
-    return make_error(errc::format_error, "truncated or corrupt: ", what, " at byte ", pos_, " claims ",
-                      count, " x ", item_bytes, " bytes, ", remaining(), " remain");
-  }
+  status need_items(std::uint64_t count, std::size_t item_bytes, std::string_view what) const;
   status bytes(void* dst, std::size_t n, std::string_view what) {
     SLM_TRY(need(n, what));
     if (n) std::memcpy(dst, data_.data() + pos_, n);
@@ -313,89 +261,17 @@ class state_reader {
   }
   status u64(std::uint64_t& v, std::string_view what) { return le(v, 8, what); }
   // A u64 that must be a size this platform can hold.
-  status size(std::size_t& v, std::string_view what) {
-    std::uint64_t x = 0;
-    SLM_TRY(u64(x, what));
-    if (x > std::numeric_limits<std::size_t>::max())
-      return make_error(errc::format_error, "", what, " ", x, " at byte ", pos_ - 8, " is too large");
-    v = static_cast<std::size_t>(x);
-    return {};
-  }
+  status size(std::size_t& v, std::string_view what);
   // A kind tag (NUL-padded, at most kind_bytes characters, no byte after the first NUL).
-  status kind(std::string_view& out, std::string_view what) {
-    SLM_TRY(need(state_format::kind_bytes, what));
-    const char* p = reinterpret_cast<const char*>(data_.data() + pos_);
-    std::size_t len = 0;
-    while (len < state_format::kind_bytes && p[len] != '\0') ++len;
-    for (std::size_t i = len; i < state_format::kind_bytes; ++i)
-      if (p[i] != '\0')
-        return make_error(errc::format_error, "", what, " at byte ", pos_, " is not a kind tag");
-    pos_ += state_format::kind_bytes;
-    out = std::string_view(p, len);
-    return {};
-  }
+  status kind(std::string_view& out, std::string_view what);
   // Reserved bytes must be zero (a later version may give them a meaning).
-  status zeros(std::size_t n, std::string_view what) {
-    SLM_TRY(need(n, what));
-    for (std::size_t i = 0; i < n; ++i)
-      if (data_[pos_ + i] != std::byte{0})
-        return make_error(errc::format_error, "", what, " at byte ", pos_ + i, " is not zero");
-    pos_ += n;
-    return {};
-  }
-  status f32(float* dst, std::size_t n, std::string_view what) {
-    SLM_TRY(need_items(n, sizeof(float), what));
-    if constexpr (std::endian::native == std::endian::little) {
-      return bytes(dst, n * sizeof(float), what);
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint64_t x = 0;
-        SLM_TRY(le(x, 4, what));
-        dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x));
-      }
-      return {};
-    }
-  }
-  status i32(std::int32_t* dst, std::size_t n, std::string_view what) {
-    SLM_TRY(need_items(n, sizeof(std::int32_t), what));
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint64_t x = 0;
-      SLM_TRY(le(x, 4, what));
-      dst[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x));
-    }
-    return {};
-  }
+  status zeros(std::size_t n, std::string_view what);
+  status f32(float* dst, std::size_t n, std::string_view what);
+  status i32(std::int32_t* dst, std::size_t n, std::string_view what);
   // An f32 rows block (state_writer::f32_rows) of exactly `rows` rows of `width` values,
   // into dst (resized to rows x width).
-  status f32_rows(floats& dst, std::size_t rows, std::size_t width, std::string_view what) {
-    std::uint8_t type = 0;
-    SLM_TRY(u8(type, what));
-    if (type != 0)
-      return make_error(errc::format_error, "", what, " at byte ", pos_ - 1, " are not f32 (type ",
-                        static_cast<unsigned>(type), ")");
-    SLM_TRY(zeros(7, what));
-    std::size_t wd = 0, n = 0;
-    SLM_TRY(size(wd, what));
-    SLM_TRY(size(n, what));
-    if (wd != width) return make_error(errc::format_error, "", what, " are ", wd, " wide, expected ", width);
-    if (n != rows) return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
-    if (width) SLM_TRY(need_items(rows, width * sizeof(float), what));
-    SLM_TRY(dst.resize(rows * width));
-    return f32(dst.data(), rows * width, what);
-  }
-  status u16(std::uint16_t* dst, std::size_t n, std::string_view what) {
-    SLM_TRY(need_items(n, sizeof(std::uint16_t), what));
-    if constexpr (std::endian::native == std::endian::little) {
-      return bytes(dst, n * sizeof(std::uint16_t), what);
-    } else {
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint64_t x = 0;
-        SLM_TRY(le(x, 2, what));
-        dst[i] = static_cast<std::uint16_t>(x);
-      }
-      return {};
-    }
-  }
+  status f32_rows(floats& dst, std::size_t rows, std::size_t width, std::string_view what);
+  status u16(std::uint16_t* dst, std::size_t n, std::string_view what);
 
  private:
   status le(std::uint64_t& v, std::size_t n, std::string_view what) {
@@ -439,17 +315,7 @@ struct header {
 
 inline const char* kv_name(std::uint8_t kv) noexcept { return kv == 0 ? "f32" : "bf16"; }
 
-inline status write_header(state_writer& w, const header& h, std::uint64_t total) {
-  SLM_TRY(w.bytes(magic, sizeof magic));
-  SLM_TRY(w.u32(version));
-  SLM_TRY(w.u8(h.kv));
-  SLM_TRY(w.u8(static_cast<std::uint8_t>(h.session)));
-  SLM_TRY(w.bytes("\0\0", 2));
-  SLM_TRY(w.u64(total));
-  SLM_TRY(w.u64(h.fingerprint));
-  SLM_TRY(w.u64(h.records));
-  return w.u64(h.position);
-}
+status write_header(state_writer& w, const header& h, std::uint64_t total);
 
 }  // namespace state_format
 
@@ -502,68 +368,11 @@ result<std::vector<std::byte>> state_blob(const state_format::header& h, Records
 // another model's blob); the checksum (format_error); the position against max_position
 // (out_of_range). On success `position` is the header's and `records` reads the records
 // (the checksum excluded).
-inline status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
-                              std::size_t max_position, std::size_t& position, state_reader& records) {
-  namespace sf = state_format;
-  constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
-  if (bytes.size() < least)
-    return make_error(errc::format_error, "truncated: ", bytes.size(), " bytes, the header and checksum alone take ",
-                      least);
-  if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
-    return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
-  state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
-  SLM_TRY(r.skip(sizeof sf::magic, "magic"));
-  std::uint32_t version = 0;
-  SLM_TRY(r.u32(version, "version"));
-  if (version != sf::version)
-    return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
-  std::uint8_t kv = 0, kind = 0;
-  SLM_TRY(r.u8(kv, "KV dtype"));
-  if (kv > 1)
-    return make_error(errc::format_error, "KV dtype ", static_cast<unsigned>(kv), " at byte 12 is neither 0 (f32) nor 1 (bf16)");
-  SLM_TRY(r.u8(kind, "session kind"));
-  if (kind > sf::last_session_kind)
-    return make_error(errc::format_error, "session kind ", static_cast<unsigned>(kind), " at byte 13 is none of 0..",
-                      static_cast<unsigned>(sf::last_session_kind), " (decoder, NAM56R, nanochat)");
-  SLM_TRY(r.zeros(2, "reserved header bytes"));
-  std::uint64_t total = 0, fp = 0, count = 0;
-  SLM_TRY(r.u64(total, "total size"));
-  if (total != bytes.size())
-    return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
-                      " were given");
-  SLM_TRY(r.u64(fp, "fingerprint"));
-  SLM_TRY(r.u64(count, "record count"));
-  SLM_TRY(r.size(position, "position"));
-  if (kind != static_cast<std::uint8_t>(expect.session))
-    return make_error(errc::invalid_argument, "saved by a ", sf::to_string(static_cast<sf::session_kind>(kind)),
-                      " session, this is a ", sf::to_string(expect.session), " session");
-  if (kv != expect.kv)
-    return make_error(errc::invalid_argument, "saved with ", sf::kv_name(kv), " KV caches, this session stores ",
-                      sf::kv_name(expect.kv), " (session_options::kv)");
-  if (count != expect.records)
-    return make_error(errc::invalid_argument, "saved from a model of ", count, " layers (state records), this model has ",
-                      expect.records);
-  if (fp != expect.fingerprint)
-    return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
-                      ", this model's ", expect.fingerprint, ")");
-  const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
-  const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
-  if (sum != computed) return make_error(errc::format_error, "corrupted: the checksum is ", sum, ", the data's is ", computed);
-  if (position > max_position)
-    return make_error(errc::out_of_range, "it holds ", position, " positions, this session's limit is ", max_position);
-  records = r;
-  return {};
-}
+status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
+                       std::size_t max_position, std::size_t& position, state_reader& records);
 
 // A record's kind tag, checked against the one expected (a clear message for a mismatch).
-inline status expect_record(state_reader& r, std::string_view want, std::string_view what) {
-  std::string_view k;
-  SLM_TRY(r.kind(k, "record kind"));
-  if (k == want) return {};
-  const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
-  return make_error(errc::format_error, "", what, " holds a '", printable ? k : std::string_view("?"), "' record, this model's ",
-                    what, " is '", want, "'");
-}
+status expect_record(state_reader& r, std::string_view want, std::string_view what);
 
 // A session's state held in memory as its saved blob: snapshot() of the NAM56R and
 // nanochat sessions. restore() is a load of these bytes, with every check of load().
@@ -1023,5 +832,237 @@ class recurrent_cache {
   bool broken_ = false;
   std::size_t broken_len_ = 0;
 };
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+SLM_INLINE void state_format::checksum::update(const std::byte* p, std::size_t n) noexcept {
+  length_ += n;
+  if (fill_) {
+    const std::size_t take = std::min(n, sizeof buf_ - fill_);
+    std::memcpy(buf_ + fill_, p, take);
+    fill_ += take;
+    p += take;
+    n -= take;
+    if (fill_ < sizeof buf_) return;
+    block(buf_);
+    fill_ = 0;
+  }
+  for (; n >= sizeof buf_; p += sizeof buf_, n -= sizeof buf_) block(p);
+  if (n) std::memcpy(buf_, p, n);
+  fill_ = n;
+}
+
+SLM_INLINE std::uint64_t state_format::checksum::value() const noexcept {
+  std::uint64_t h = detail::rotl(lane_[0], 1) + detail::rotl(lane_[1], 7) + detail::rotl(lane_[2], 12) +
+                    detail::rotl(lane_[3], 18);
+  for (std::size_t i = 0; i < fill_; ++i) h = (h ^ static_cast<std::uint64_t>(buf_[i])) * 0x100000001B3ull;
+  h ^= length_;
+  h ^= h >> 33;  // splitmix64's finalizer
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  return h;
+}
+
+SLM_INLINE void state_format::checksum::block(const std::byte* p) noexcept {
+  for (int i = 0; i < 4; ++i) {
+    const std::uint64_t w = detail::load_u64le(p + 8 * i);
+    lane_[i] = detail::rotl(lane_[i] + w * 0xC2B2AE3D27D4EB4Full, 31) * 0x9E3779B97F4A7C15ull;
+  }
+}
+
+SLM_INLINE status state_writer::kind(std::string_view k) {
+  if (k.empty() || k.size() > state_format::kind_bytes)
+    return make_error(errc::invalid_argument, "kind tag '", k, "' must have 1 to ",
+                      state_format::kind_bytes, " characters");
+  char tag[state_format::kind_bytes] = {};
+  std::memcpy(tag, k.data(), k.size());
+  return bytes(tag, sizeof tag);
+}
+
+SLM_INLINE status state_writer::f32_rows(const float* p, std::size_t rows, std::size_t width) {
+  SLM_TRY(u8(0));
+  SLM_TRY(bytes("\0\0\0\0\0\0\0", 7));
+  SLM_TRY(u64(width));
+  SLM_TRY(u64(rows));
+  return f32(p, rows * width);
+}
+
+SLM_INLINE status state_reader::need(std::size_t n, std::string_view what) const {
+  if (n <= remaining()) return {};
+  return make_error(errc::format_error, "truncated: ", what, " at byte ", pos_, " needs ", n,
+                    " bytes, ", remaining(), " remain");
+}
+
+SLM_INLINE status state_reader::need_items(std::uint64_t count, std::size_t item_bytes, std::string_view what) const {
+  if (item_bytes == 0 || count <= remaining() / item_bytes) return {};
+  return make_error(errc::format_error, "truncated or corrupt: ", what, " at byte ", pos_, " claims ",
+                    count, " x ", item_bytes, " bytes, ", remaining(), " remain");
+}
+
+SLM_INLINE status state_reader::size(std::size_t& v, std::string_view what) {
+  std::uint64_t x = 0;
+  SLM_TRY(u64(x, what));
+  if (x > std::numeric_limits<std::size_t>::max())
+    return make_error(errc::format_error, "", what, " ", x, " at byte ", pos_ - 8, " is too large");
+  v = static_cast<std::size_t>(x);
+  return {};
+}
+
+SLM_INLINE status state_reader::kind(std::string_view& out, std::string_view what) {
+  SLM_TRY(need(state_format::kind_bytes, what));
+  const char* p = reinterpret_cast<const char*>(data_.data() + pos_);
+  std::size_t len = 0;
+  while (len < state_format::kind_bytes && p[len] != '\0') ++len;
+  for (std::size_t i = len; i < state_format::kind_bytes; ++i)
+    if (p[i] != '\0')
+      return make_error(errc::format_error, "", what, " at byte ", pos_, " is not a kind tag");
+  pos_ += state_format::kind_bytes;
+  out = std::string_view(p, len);
+  return {};
+}
+
+SLM_INLINE status state_reader::zeros(std::size_t n, std::string_view what) {
+  SLM_TRY(need(n, what));
+  for (std::size_t i = 0; i < n; ++i)
+    if (data_[pos_ + i] != std::byte{0})
+      return make_error(errc::format_error, "", what, " at byte ", pos_ + i, " is not zero");
+  pos_ += n;
+  return {};
+}
+
+SLM_INLINE status state_reader::f32(float* dst, std::size_t n, std::string_view what) {
+  SLM_TRY(need_items(n, sizeof(float), what));
+  if constexpr (std::endian::native == std::endian::little) {
+    return bytes(dst, n * sizeof(float), what);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t x = 0;
+      SLM_TRY(le(x, 4, what));
+      dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x));
+    }
+    return {};
+  }
+}
+
+SLM_INLINE status state_reader::i32(std::int32_t* dst, std::size_t n, std::string_view what) {
+  SLM_TRY(need_items(n, sizeof(std::int32_t), what));
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t x = 0;
+    SLM_TRY(le(x, 4, what));
+    dst[i] = static_cast<std::int32_t>(static_cast<std::uint32_t>(x));
+  }
+  return {};
+}
+
+SLM_INLINE status state_reader::f32_rows(floats& dst, std::size_t rows, std::size_t width, std::string_view what) {
+  std::uint8_t type = 0;
+  SLM_TRY(u8(type, what));
+  if (type != 0)
+    return make_error(errc::format_error, "", what, " at byte ", pos_ - 1, " are not f32 (type ",
+                      static_cast<unsigned>(type), ")");
+  SLM_TRY(zeros(7, what));
+  std::size_t wd = 0, n = 0;
+  SLM_TRY(size(wd, what));
+  SLM_TRY(size(n, what));
+  if (wd != width) return make_error(errc::format_error, "", what, " are ", wd, " wide, expected ", width);
+  if (n != rows) return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
+  if (width) SLM_TRY(need_items(rows, width * sizeof(float), what));
+  SLM_TRY(dst.resize(rows * width));
+  return f32(dst.data(), rows * width, what);
+}
+
+SLM_INLINE status state_reader::u16(std::uint16_t* dst, std::size_t n, std::string_view what) {
+  SLM_TRY(need_items(n, sizeof(std::uint16_t), what));
+  if constexpr (std::endian::native == std::endian::little) {
+    return bytes(dst, n * sizeof(std::uint16_t), what);
+  } else {
+    for (std::size_t i = 0; i < n; ++i) {
+      std::uint64_t x = 0;
+      SLM_TRY(le(x, 2, what));
+      dst[i] = static_cast<std::uint16_t>(x);
+    }
+    return {};
+  }
+}
+
+SLM_INLINE status state_format::write_header(state_writer& w, const header& h, std::uint64_t total) {
+  SLM_TRY(w.bytes(magic, sizeof magic));
+  SLM_TRY(w.u32(version));
+  SLM_TRY(w.u8(h.kv));
+  SLM_TRY(w.u8(static_cast<std::uint8_t>(h.session)));
+  SLM_TRY(w.bytes("\0\0", 2));
+  SLM_TRY(w.u64(total));
+  SLM_TRY(w.u64(h.fingerprint));
+  SLM_TRY(w.u64(h.records));
+  return w.u64(h.position);
+}
+
+SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
+                                  std::size_t max_position, std::size_t& position, state_reader& records) {
+  namespace sf = state_format;
+  constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
+  if (bytes.size() < least)
+    return make_error(errc::format_error, "truncated: ", bytes.size(), " bytes, the header and checksum alone take ",
+                      least);
+  if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
+    return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
+  state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
+  SLM_TRY(r.skip(sizeof sf::magic, "magic"));
+  std::uint32_t version = 0;
+  SLM_TRY(r.u32(version, "version"));
+  if (version != sf::version)
+    return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
+  std::uint8_t kv = 0, kind = 0;
+  SLM_TRY(r.u8(kv, "KV dtype"));
+  if (kv > 1)
+    return make_error(errc::format_error, "KV dtype ", static_cast<unsigned>(kv), " at byte 12 is neither 0 (f32) nor 1 (bf16)");
+  SLM_TRY(r.u8(kind, "session kind"));
+  if (kind > sf::last_session_kind)
+    return make_error(errc::format_error, "session kind ", static_cast<unsigned>(kind), " at byte 13 is none of 0..",
+                      static_cast<unsigned>(sf::last_session_kind), " (decoder, NAM56R, nanochat)");
+  SLM_TRY(r.zeros(2, "reserved header bytes"));
+  std::uint64_t total = 0, fp = 0, count = 0;
+  SLM_TRY(r.u64(total, "total size"));
+  if (total != bytes.size())
+    return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
+                      " were given");
+  SLM_TRY(r.u64(fp, "fingerprint"));
+  SLM_TRY(r.u64(count, "record count"));
+  SLM_TRY(r.size(position, "position"));
+  if (kind != static_cast<std::uint8_t>(expect.session))
+    return make_error(errc::invalid_argument, "saved by a ", sf::to_string(static_cast<sf::session_kind>(kind)),
+                      " session, this is a ", sf::to_string(expect.session), " session");
+  if (kv != expect.kv)
+    return make_error(errc::invalid_argument, "saved with ", sf::kv_name(kv), " KV caches, this session stores ",
+                      sf::kv_name(expect.kv), " (session_options::kv)");
+  if (count != expect.records)
+    return make_error(errc::invalid_argument, "saved from a model of ", count, " layers (state records), this model has ",
+                      expect.records);
+  if (fp != expect.fingerprint)
+    return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
+                      ", this model's ", expect.fingerprint, ")");
+  const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
+  const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
+  if (sum != computed) return make_error(errc::format_error, "corrupted: the checksum is ", sum, ", the data's is ", computed);
+  if (position > max_position)
+    return make_error(errc::out_of_range, "it holds ", position, " positions, this session's limit is ", max_position);
+  records = r;
+  return {};
+}
+
+SLM_INLINE status expect_record(state_reader& r, std::string_view want, std::string_view what) {
+  std::string_view k;
+  SLM_TRY(r.kind(k, "record kind"));
+  if (k == want) return {};
+  const bool printable = std::all_of(k.begin(), k.end(), [](char ch) { return ch >= 0x20 && ch < 0x7F; });
+  return make_error(errc::format_error, "", what, " holds a '", printable ? k : std::string_view("?"), "' record, this model's ",
+                    what, " is '", want, "'");
+}
+
+#endif  // SLM_DEFINE_DECODER
 
 }  // namespace slm
