@@ -190,7 +190,7 @@ SLM_INLINE result<std::vector<std::size_t>> parse_engram_orders(std::string_view
 }
 
 SLM_INLINE result<engram_config> engram_config::make(std::size_t n_embd, std::string_view ngram_orders,
-    std::size_t bottleneck_dim) {
+                                                     std::size_t bottleneck_dim) {
   engram_config c;
   c.n_embd = n_embd;
   c.bottleneck_dim = bottleneck_dim;
@@ -222,7 +222,8 @@ SLM_INLINE status engram_state::copy_from(const engram_state& o) {
   return {};
 }
 
-SLM_INLINE result<engram_branch> engram_branch::load(const checkpoint& ck, std::string_view prefix, const engram_config& c) {
+SLM_INLINE result<engram_branch> engram_branch::load(const checkpoint& ck, std::string_view prefix,
+                                                     const engram_config& c) {
   SLM_TRY(c.validate());
   const auto join = [&](std::string_view name) {
     return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
@@ -255,7 +256,8 @@ SLM_INLINE status engram_branch::init_state(engram_state& s) const {
   return {};
 }
 
-SLM_INLINE status engram_branch::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
+SLM_INLINE status engram_branch::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws,
+                                         compute_context& cx) const {
   const std::size_t C = cfg.n_embd;
   status s = c.forward(T, [&](const engram_state& in, engram_state& next, std::size_t first, std::size_t count) {
     return run(x + first * C, count, y + first * C, in, next, ws, cx);
@@ -276,8 +278,8 @@ SLM_INLINE status engram_branch::check(const float* x, std::size_t T, const floa
   return {};
 }
 
-SLM_INLINE status engram_branch::run(const float* x, std::size_t T, float* y, const engram_state& in, engram_state& out, workspace& ws,
-    compute_context& cx) const {
+SLM_INLINE status engram_branch::run(const float* x, std::size_t T, float* y, const engram_state& in, engram_state& out,
+                                     workspace& ws, compute_context& cx) const {
   SLM_TRY(check(x, T, y, in));
   const std::size_t C = cfg.n_embd, b = cfg.bottleneck(), H = cfg.history();
   if (T == 0) {

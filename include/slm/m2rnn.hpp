@@ -305,8 +305,8 @@ class m2rnn_mixer {
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
 #if SLM_DEFINE_NAM56R
 
-SLM_INLINE status m2rnn_mixer::forward_reference(const float* x, std::size_t T, float* y, m2rnn_state& st, workspace& ws,
-                                             compute_context& cx) const {
+SLM_INLINE status m2rnn_mixer::forward_reference(const float* x, std::size_t T, float* y, m2rnn_state& st,
+                                                 workspace& ws, compute_context& cx) const {
   using namespace detail::m2rnn;
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
@@ -359,8 +359,8 @@ SLM_INLINE status m2rnn_scan_dims::validate() const {
   return {};
 }
 
-SLM_INLINE status detail::m2rnn::check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
-    const float* M) {
+SLM_INLINE status detail::m2rnn::check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                          std::size_t T, const float* M) {
   SLM_TRY(d.validate());
   if (T == 0) return {};
   if (!W || !M || !io.q || !io.k || !io.v || !io.f || !io.y)
@@ -374,8 +374,8 @@ SLM_INLINE status detail::m2rnn::check_io(const m2rnn_scan_dims& d, const float*
   return {};
 }
 
-SLM_INLINE void detail::m2rnn::head_steps(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t h,
-    std::size_t t0, std::size_t n, float* Mh, float* a) noexcept {
+SLM_INLINE void detail::m2rnn::head_steps(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                          std::size_t h, std::size_t t0, std::size_t n, float* Mh, float* a) noexcept {
   const std::size_t K = d.k_dim, V = d.v_dim;
   const float* Wh = W + h * V * V;
   const std::size_t qo = (h / (d.heads / d.q_heads)) * K, ko = (h / (d.heads / d.k_heads)) * K;
@@ -403,8 +403,9 @@ SLM_INLINE void detail::m2rnn::head_steps(const m2rnn_scan_dims& d, const float*
   }
 }
 
-SLM_INLINE status detail::m2rnn::scan_block(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t t0,
-    std::size_t n, float* M, std::size_t tasks, float* scratch, executor_ref ex) {
+SLM_INLINE status detail::m2rnn::scan_block(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                            std::size_t t0, std::size_t n, float* M, std::size_t tasks, float* scratch,
+                                            executor_ref ex) {
   const static_partition part = partition(0, d.heads, tasks);
   const std::size_t KV = d.k_dim * d.v_dim;
   return parallel_for_chunks(ex, part.count, [&](std::size_t c) {
@@ -414,7 +415,7 @@ SLM_INLINE status detail::m2rnn::scan_block(const m2rnn_scan_dims& d, const floa
 }
 
 SLM_INLINE status m2rnn_scan(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T, float* M,
-    std::size_t chunk, workspace& ws, executor_ref ex) {
+                             std::size_t chunk, workspace& ws, executor_ref ex) {
   using namespace detail::m2rnn;
   SLM_TRY(check_io(d, W, io, T, M));
   if (T == 0) return {};
@@ -425,7 +426,7 @@ SLM_INLINE status m2rnn_scan(const m2rnn_scan_dims& d, const float* W, const m2r
 }
 
 SLM_INLINE status m2rnn_scan_reference(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
-    float* M, workspace& ws) {
+                                       float* M, workspace& ws) {
   SLM_TRY(detail::m2rnn::check_io(d, W, io, T, M));
   if (T == 0) return {};
   const std::size_t H = d.heads, K = d.k_dim, V = d.v_dim;
@@ -509,7 +510,8 @@ SLM_INLINE status m2rnn_mixer::init_state(m2rnn_state& s) const {
   return {};
 }
 
-SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
+SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws,
+                                       compute_context& cx) const {
   const std::size_t d = cfg.d_model;
   status s = c.forward(T, [&](const m2rnn_state& in, m2rnn_state& next, std::size_t first, std::size_t count) {
     return run(x + first * d, count, out + first * d, in, next, count == 1 ? 1 : cfg.chunk_size, ws, cx);
@@ -518,8 +520,8 @@ SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out
   return s;
 }
 
-SLM_INLINE status m2rnn_mixer::load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-    floats& out) {
+SLM_INLINE status m2rnn_mixer::load_shaped(const checkpoint& ck, const std::string& name,
+                                           std::initializer_list<std::size_t> dims, floats& out) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
@@ -571,8 +573,8 @@ SLM_INLINE void m2rnn_mixer::epilogue(const float* zx, const float* xs, std::siz
   }
 }
 
-SLM_INLINE status m2rnn_mixer::run(const float* x, std::size_t T, float* y, const m2rnn_state& in, m2rnn_state& out, std::size_t L,
-    workspace& ws, compute_context& cx) const {
+SLM_INLINE status m2rnn_mixer::run(const float* x, std::size_t T, float* y, const m2rnn_state& in, m2rnn_state& out,
+                                   std::size_t L, workspace& ws, compute_context& cx) const {
   using namespace detail::m2rnn;
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");

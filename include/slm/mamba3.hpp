@@ -359,8 +359,9 @@ SLM_INLINE status mamba3_state::copy_from(const mamba3_state& o) {
   return {};
 }
 
-SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float* A, std::size_t ai, std::size_t ak, const float* B,
-    std::size_t ldb, std::size_t M, std::size_t K, std::size_t Nc) noexcept {
+SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float* A, std::size_t ai, std::size_t ak,
+                                         const float* B, std::size_t ldb, std::size_t M, std::size_t K,
+                                         std::size_t Nc) noexcept {
   std::size_t i = 0;
   for (; i + 4 <= M; i += 4) gemm_rows<4>(C + i * ldc, ldc, A + i * ai, ai, ak, B, ldb, K, Nc);
   switch (M - i) {
@@ -371,7 +372,8 @@ SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float*
   }
 }
 
-SLM_INLINE result<floats> detail::mamba3::load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims) {
+SLM_INLINE result<floats> detail::mamba3::load_shaped(const checkpoint& ck, const std::string& name,
+                                                      std::initializer_list<std::size_t> dims) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
@@ -397,7 +399,8 @@ SLM_INLINE result<floats> detail::mamba3::load_shaped(const checkpoint& ck, cons
   return v;
 }
 
-SLM_INLINE result<mamba3_mixer> mamba3_mixer::load(const checkpoint& ck, std::string_view prefix, const mamba3_config& c) {
+SLM_INLINE result<mamba3_mixer> mamba3_mixer::load(const checkpoint& ck, std::string_view prefix,
+                                                   const mamba3_config& c) {
   using detail::mamba3::join;
   using detail::mamba3::load_shaped;
   SLM_TRY(c.validate());
@@ -447,7 +450,8 @@ SLM_INLINE status mamba3_mixer::init_state(mamba3_state& s) const {
   return {};
 }
 
-SLM_INLINE status mamba3_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
+SLM_INLINE status mamba3_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws,
+                                        compute_context& cx) const {
   if (T == 0) return {};
   const std::size_t d = cfg.d_model;
   status s = c.forward(T, [&](const mamba3_state& in, mamba3_state& next, std::size_t first, std::size_t count) {
@@ -480,8 +484,8 @@ SLM_INLINE mamba3_mixer::layout mamba3_mixer::cols() const noexcept {
   return l;
 }
 
-SLM_INLINE status mamba3_mixer::run(const float* x, std::size_t T, float* y, const mamba3_state& in, mamba3_state& out, std::size_t chunk,
-    workspace& ws, compute_context& cx) const {
+SLM_INLINE status mamba3_mixer::run(const float* x, std::size_t T, float* y, const mamba3_state& in, mamba3_state& out,
+                                    std::size_t chunk, workspace& ws, compute_context& cx) const {
   using namespace detail::mamba3;
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "mamba3: null input or output");
@@ -564,8 +568,8 @@ SLM_INLINE status mamba3_mixer::run(const float* x, std::size_t T, float* y, con
   return out_proj.apply(o, T, y, cx);  // [T, d_inner] x [d_inner, d_model] -> [T, d_model]
 }
 
-SLM_INLINE void mamba3_mixer::prepare_token(const pass& ps, std::size_t h, std::size_t t, float* th, float* q, float* k, float* v, float* cs,
-    float* sn) const noexcept {
+SLM_INLINE void mamba3_mixer::prepare_token(const pass& ps, std::size_t h, std::size_t t, float* th, float* q, float* k,
+                                            float* v, float* cs, float* sn) const noexcept {
   using namespace detail::mamba3;
   const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, G = cfg.ngroups, R = cfg.rank();
   const std::size_t S = cfg.angles(), g = h / (H / G);
@@ -612,7 +616,8 @@ SLM_INLINE void mamba3_mixer::prepare_token(const pass& ps, std::size_t h, std::
   }
 }
 
-SLM_INLINE void mamba3_mixer::finish_token(const pass& ps, std::size_t h, std::size_t t, const float* y) const noexcept {
+SLM_INLINE void mamba3_mixer::finish_token(const pass& ps, std::size_t h, std::size_t t,
+                                           const float* y) const noexcept {
   using namespace detail::mamba3;
   const std::size_t P = cfg.headdim, R = cfg.rank(), Di = cfg.inner();
   const float* z = ps.zx + t * cols().dip + h * P;
@@ -655,7 +660,8 @@ SLM_INLINE void mamba3_mixer::store_last(const pass& ps, std::size_t h, std::siz
   for (std::size_t r = 0; r < R; ++r) std::memcpy(ps.st->k.data() + (r * H + h) * N, k + r * N, N * sizeof(float));
 }
 
-SLM_INLINE void mamba3_mixer::ssm_sequential(const pass& ps, std::size_t h, std::size_t t0, std::size_t t1, float* scratch) const noexcept {
+SLM_INLINE void mamba3_mixer::ssm_sequential(const pass& ps, std::size_t h, std::size_t t0, std::size_t t1,
+                                             float* scratch) const noexcept {
   using namespace detail::mamba3;
   const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, R = cfg.rank(), S = cfg.angles();
   float* q = scratch;         // [R, N]
@@ -690,7 +696,7 @@ SLM_INLINE void mamba3_mixer::ssm_sequential(const pass& ps, std::size_t h, std:
 }
 
 SLM_INLINE void mamba3_mixer::ssm_chunk(const pass& ps, std::size_t h, std::size_t c0, std::size_t Lc, std::size_t L,
-    float* scratch) const noexcept {
+                                        float* scratch) const noexcept {
   using namespace detail::mamba3;
   const std::size_t H = cfg.heads(), P = cfg.headdim, N = cfg.d_state, R = cfg.rank(), S = cfg.angles();
   const std::size_t LR = L * R, LRp = (LR + 15) / 16 * 16;  // score rows padded to whole 16-column blocks

@@ -180,8 +180,8 @@ SLM_INLINE result<mhc_mixer> mhc_mixer::load(const checkpoint& ck, std::string_v
   return m;
 }
 
-SLM_INLINE status mhc_mixer::weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws, compute_context& cx,
-    const mhc_detail& d) const {
+SLM_INLINE status mhc_mixer::weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws,
+                                                 compute_context& cx, const mhc_detail& d) const {
   SLM_TRY(check_n(N));
   if (!pooled || !w) return make_error(errc::invalid_argument, "mhc: null pooled means or weights");
   const std::size_t C = cfg.n_embd, h = cfg.hidden();
@@ -221,8 +221,8 @@ SLM_INLINE status mhc_mixer::weights_from_pooled(const float* pooled, std::size_
   return {};
 }
 
-SLM_INLINE status mhc_mixer::weights(std::span<const float* const> branches, std::size_t T, float* w, workspace& ws, compute_context& cx,
-    const mhc_detail& d) const {
+SLM_INLINE status mhc_mixer::weights(std::span<const float* const> branches, std::size_t T, float* w, workspace& ws,
+                                     compute_context& cx, const mhc_detail& d) const {
   SLM_TRY(check_branches(branches, T));
   const std::size_t N = branches.size(), C = cfg.n_embd;
   SLM_TRY(ws.index.resize(N * C));
@@ -231,8 +231,8 @@ SLM_INLINE status mhc_mixer::weights(std::span<const float* const> branches, std
   return weights_from_pooled(pooled, N, w, ws, cx, d);
 }
 
-SLM_INLINE status mhc_mixer::forward(std::span<const float* const> branches, std::size_t T, float* y, workspace& ws, compute_context& cx,
-    const mhc_detail& d) const {
+SLM_INLINE status mhc_mixer::forward(std::span<const float* const> branches, std::size_t T, float* y, workspace& ws,
+                                     compute_context& cx, const mhc_detail& d) const {
   SLM_TRY(check_branches(branches, T));
   if (!y) return make_error(errc::invalid_argument, "mhc: null output");
   const std::size_t N = branches.size(), C = cfg.n_embd;
@@ -246,7 +246,8 @@ SLM_INLINE status mhc_mixer::forward(std::span<const float* const> branches, std
   return {};
 }
 
-SLM_INLINE void mhc_mixer::mix(std::span<const float* const> branches, std::size_t T, const float* w, float* y) const noexcept {
+SLM_INLINE void mhc_mixer::mix(std::span<const float* const> branches, std::size_t T, const float* w,
+                               float* y) const noexcept {
   const std::size_t N = branches.size(), n = T * cfg.n_embd;
   const float alpha = cfg.alpha();
   for (std::size_t i = 0; i < n; ++i) {

@@ -572,7 +572,8 @@ SLM_INLINE result<nam56r_model> nam56r_model::load(const std::filesystem::path& 
   return m;
 }
 
-SLM_INLINE status nam56r_model::head_logits(const float* hidden, std::size_t rows, float* logits, compute_context& cx) const {
+SLM_INLINE status nam56r_model::head_logits(const float* hidden, std::size_t rows, float* logits,
+                                            compute_context& cx) const {
   if (rows > 0 && (!hidden || !logits)) return make_error(errc::invalid_argument, "head_logits: a null buffer");
   return rows > 0 ? head_.apply(hidden, rows, logits, cx) : status{};
 }
@@ -651,7 +652,8 @@ SLM_INLINE status nam56r_model::norm_of(rms_norm& n, const std::string& name) co
   return {};
 }
 
-SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& prefix, bool dsa, bool norm_required) const {
+SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& prefix, bool dsa,
+                                          bool norm_required) const {
   if (norm_required || ck_->find(prefix + ".input_layernorm.weight")) {
     SLM_TRY(norm_of(a.norm, prefix + ".input_layernorm.weight"));
     a.has_norm = true;
@@ -785,12 +787,14 @@ SLM_INLINE void nam56r_model::session::reset() noexcept {
   pos_ = 0;
 }
 
-SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+                                                 compute_context& cx) {
   return forward(ids, rows, logits, cx, structure_inputs{});
 }
 
-SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
-    const structure_inputs& side, std::size_t hidden_rows, float* hidden) {
+SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+                                                 compute_context& cx, const structure_inputs& side,
+                                                 std::size_t hidden_rows, float* hidden) {
   const nam56r_config& c = m_->cfg_;
   const std::size_t T = ids.size();
   if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
@@ -1070,8 +1074,9 @@ SLM_INLINE void nam56r_model::session::truncate_main(std::size_t len) noexcept {
   for (auto& c : st_.m2rnn) c.truncate(len);
 }
 
-SLM_INLINE status nam56r_model::session::embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq, std::size_t j0, float* out,
-    const structure_inputs* side, compute_context& cx) {
+SLM_INLINE status nam56r_model::session::embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq,
+                                               std::size_t j0, float* out, const structure_inputs* side,
+                                               compute_context& cx) {
   const nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, T = ids.size();
   for (std::size_t t = 0; t < T; ++t)
@@ -1086,7 +1091,8 @@ SLM_INLINE status nam56r_model::session::embed(std::span<const std::int32_t> ids
   return {};
 }
 
-SLM_INLINE status nam56r_model::session::sublayers(const mtp_depth& md, std::size_t T, attention::cache& kc, compute_context& cx) {
+SLM_INLINE status nam56r_model::session::sublayers(const mtp_depth& md, std::size_t T, attention::cache& kc,
+                                                   compute_context& cx) {
   const std::size_t d = m_->cfg_.hidden_size;
   SLM_TRY(xn_.resize(T * d));
   md.attn.norm.apply(h_.data(), T, d, d, xn_.data(), d);
@@ -1098,8 +1104,9 @@ SLM_INLINE status nam56r_model::session::sublayers(const mtp_depth& md, std::siz
   return {};
 }
 
-SLM_INLINE status nam56r_model::session::run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
-    const structure_inputs& side, std::size_t hidden_rows, float* hidden) {
+SLM_INLINE status nam56r_model::session::run(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+                                             compute_context& cx, const structure_inputs& side, std::size_t hidden_rows,
+                                             float* hidden) {
   const nam56r_model& m = *m_;
   const nam56r_config& c = m.cfg_;
   const std::size_t T = ids.size(), d = c.hidden_size, pos0 = pos_;

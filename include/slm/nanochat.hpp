@@ -409,7 +409,8 @@ SLM_INLINE void nanochat_rope::table(std::size_t pos, float* c, float* s) const 
   }
 }
 
-SLM_INLINE void nanochat_rope::rotate(float* x, std::size_t n_heads, std::size_t hd, const float* c, const float* s) noexcept {
+SLM_INLINE void nanochat_rope::rotate(float* x, std::size_t n_heads, std::size_t hd, const float* c,
+                                      const float* s) noexcept {
   const std::size_t half = hd / 2;
   for (std::size_t h = 0; h < n_heads; ++h) {
     float* v = x + h * hd;
@@ -442,7 +443,8 @@ SLM_INLINE status nanochat_attention_config::validate() const {
   return {};
 }
 
-SLM_INLINE result<nanochat_attention> nanochat_attention::load(const checkpoint& ck, std::string_view prefix, const nanochat_attention_config& c) {
+SLM_INLINE result<nanochat_attention> nanochat_attention::load(const checkpoint& ck, std::string_view prefix,
+                                                               const nanochat_attention_config& c) {
   SLM_TRY(c.validate());
   const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_attention a;
@@ -483,7 +485,8 @@ SLM_INLINE std::size_t nanochat_attention::top_k(std::size_t T) const noexcept {
   return std::max(r, cfg.dsa_local_window);
 }
 
-SLM_INLINE status nanochat_attention::indexer_topk(const float* h, std::size_t T, std::int32_t* sel, workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_attention::indexer_topk(const float* h, std::size_t T, std::int32_t* sel, workspace& ws,
+                                                   compute_context& cx) const {
   if (!cfg.dsa) return make_error(errc::invalid_argument, "nanochat attention: indexer_topk on a layer without DSA");
   const std::size_t I = cfg.dsa_indexer_heads, Di = cfg.dsa_indexer_dim, K = std::min(top_k(T), T);
   SLM_TRY(ws.index.resize(T * (I * Di + Di + I) + T + T));
@@ -521,8 +524,8 @@ SLM_INLINE status nanochat_attention::indexer_topk(const float* h, std::size_t T
   return {};
 }
 
-SLM_INLINE status nanochat_attention::forward(const float* h, std::size_t T, float* out, nanochat_kv& kv, bool training_path, workspace& ws,
-    compute_context& cx) const {
+SLM_INLINE status nanochat_attention::forward(const float* h, std::size_t T, float* out, nanochat_kv& kv,
+                                              bool training_path, workspace& ws, compute_context& cx) const {
   const std::size_t H = cfg.n_head, Hkv = cfg.n_kv_head, hd = cfg.head_dim(), qd = H * hd, kvd = Hkv * hd;
   const std::size_t pos0 = kv.n;
   if (kv.k.width != kvd) return make_error(errc::invalid_argument, "nanochat attention: cache not initialized");
@@ -573,8 +576,9 @@ SLM_INLINE status nanochat_attention::forward(const float* h, std::size_t T, flo
   return {};
 }
 
-SLM_INLINE status nanochat_attention::sparse_attend(const float* h, std::size_t T, const float* q, const float* k, const float* v, float* att,
-    float scale, workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_attention::sparse_attend(const float* h, std::size_t T, const float* q, const float* k,
+                                                    const float* v, float* att, float scale, workspace& ws,
+                                                    compute_context& cx) const {
   const std::size_t H = cfg.n_head, Hkv = cfg.n_kv_head, hd = cfg.head_dim(), qd = H * hd, kvd = Hkv * hd;
   const std::size_t K = std::min(top_k(T), T);
   // Scratch: selection [T, K] (int32 in float slots), bias [T, T], scores [T]; at most
@@ -632,7 +636,8 @@ SLM_INLINE result<nanochat_mlp> nanochat_mlp::load(const checkpoint& ck, std::st
   return m;
 }
 
-SLM_INLINE status nanochat_mlp::forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_mlp::forward(const float* x, std::size_t T, float* y, workspace& ws,
+                                        compute_context& cx) const {
   const std::size_t F = c_fc.out();
   SLM_TRY(ws.ffn.resize(T * F));
   float* u = ws.ffn.data();
@@ -644,7 +649,8 @@ SLM_INLINE status nanochat_mlp::forward(const float* x, std::size_t T, float* y,
   return c_proj.apply(u, T, y, cx);  // [T, 4C] x [4C, C] -> [T, C]
 }
 
-SLM_INLINE result<nanochat_mtp_head> nanochat_mtp_head::load(const checkpoint& ck, std::string_view prefix, nanochat_attention_config c) {
+SLM_INLINE result<nanochat_mtp_head> nanochat_mtp_head::load(const checkpoint& ck, std::string_view prefix,
+                                                             nanochat_attention_config c) {
   const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_mtp_head m;
   c.dsa = false;
@@ -661,8 +667,9 @@ SLM_INLINE result<nanochat_mtp_head> nanochat_mtp_head::load(const checkpoint& c
   return m;
 }
 
-SLM_INLINE status nanochat_mtp_head::forward(const float* h, std::span<const std::int32_t> next_ids, const weight_matrix& wte, const linear& lm_head,
-    std::size_t vocab, float* logits, workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_mtp_head::forward(const float* h, std::span<const std::int32_t> next_ids,
+                                             const weight_matrix& wte, const linear& lm_head, std::size_t vocab,
+                                             float* logits, workspace& ws, compute_context& cx) const {
   const std::size_t T = next_ids.size(), C = attn.cfg.n_embd;
   if (T == 0) return make_error(errc::invalid_argument, "mtp: no tokens");
   if (!h || !logits) return make_error(errc::invalid_argument, "mtp: null hidden states or logits");
@@ -919,7 +926,8 @@ SLM_INLINE status nanochat_config::derive() {
   return {};
 }
 
-SLM_INLINE result<nanochat_model> nanochat_model::load(const std::filesystem::path& dir, const checkpoint_options& opt) {
+SLM_INLINE result<nanochat_model> nanochat_model::load(const std::filesystem::path& dir,
+                                                       const checkpoint_options& opt) {
   auto ck = checkpoint::open(dir, opt);
   if (!ck.ok()) return std::move(ck).take_error();
   return from_checkpoint(std::move(*ck));
@@ -998,7 +1006,8 @@ SLM_INLINE result<nanochat_model> nanochat_model::from_checkpoint(checkpoint&& c
   return m;
 }
 
-SLM_INLINE status nanochat_model::mtp_logits(const float* h, std::span<const std::int32_t> next_ids, float* logits, compute_context& cx) const {
+SLM_INLINE status nanochat_model::mtp_logits(const float* h, std::span<const std::int32_t> next_ids, float* logits,
+                                             compute_context& cx) const {
   if (!cfg_.mtp_enabled) return make_error(errc::unsupported, "mtp_logits: this model has no MTP head (mtp_enabled)");
   workspace ws;
   return mtp_.forward(h, next_ids, wte_, lm_head_, cfg_.vocab_size, logits, ws, cx);
@@ -1027,8 +1036,8 @@ SLM_INLINE void nanochat_model::truncate(sequence& s, std::size_t len) noexcept 
   s.pos = std::min(s.pos, len);
 }
 
-SLM_INLINE status nanochat_model::run(sequence& s, std::span<const std::int32_t> ids, std::size_t rows, float* logits, bool training_path,
-    compute_context& cx) const {
+SLM_INLINE status nanochat_model::run(sequence& s, std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+                                      bool training_path, compute_context& cx) const {
   using detail::nanochat::rms_rows;
   const std::size_t T = ids.size(), C = cfg_.n_embd, pos0 = s.pos;
   for (floats* f : {&s.x, &s.x0, &s.h, &s.y, &s.xa, &s.base, &s.eng}) SLM_TRY(f->resize(T * C));
@@ -1102,7 +1111,8 @@ SLM_INLINE status nanochat_model::check_ids(std::span<const std::int32_t> ids) c
   return {};
 }
 
-SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+                                                   compute_context& cx) {
   const std::size_t T = ids.size();
   if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
   if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
@@ -1258,7 +1268,8 @@ SLM_INLINE status nanochat_model::session::load_impl(std::span<const std::byte> 
 }
 
 
-SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t> ids, float* logits, compute_context& cx) const {
+SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t> ids, float* logits,
+                                                   compute_context& cx) const {
   if (ids.empty()) return make_error(errc::invalid_argument, "forward_uncached: no tokens");
   if (!logits) return make_error(errc::invalid_argument, "forward_uncached: logits is null");
   SLM_TRY(check_ids(ids));

@@ -163,7 +163,8 @@ SLM_INLINE status nanochat_mamba_state::copy_from(const nanochat_mamba_state& o)
   return {};
 }
 
-SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpoint& ck, std::string_view prefix, const nanochat_mamba_config& c) {
+SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpoint& ck, std::string_view prefix,
+                                                                   const nanochat_mamba_config& c) {
   SLM_TRY(c.validate());
   using detail::mamba3::load_shaped;
   const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
@@ -212,7 +213,8 @@ SLM_INLINE status nanochat_mamba_layer::init_state(nanochat_mamba_state& s) cons
   return {};
 }
 
-SLM_INLINE status nanochat_mamba_layer::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_mamba_layer::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws,
+                                                compute_context& cx) const {
   const std::size_t C = cfg.n_embd;
   status s = c.forward(T, [&](const nanochat_mamba_state& in, nanochat_mamba_state& out, std::size_t first,
                               std::size_t count) { return run(x + first * C, count, y + first * C, in, out, ws, cx); });
@@ -227,8 +229,8 @@ SLM_INLINE float nanochat_mamba_layer::rms_scale(const float* v, std::size_t n) 
                                             static_cast<double>(std::numeric_limits<float>::epsilon())));
 }
 
-SLM_INLINE status nanochat_mamba_layer::run(const float* x, std::size_t T, float* y, const nanochat_mamba_state& in, nanochat_mamba_state& out,
-    workspace& ws, compute_context& cx) const {
+SLM_INLINE status nanochat_mamba_layer::run(const float* x, std::size_t T, float* y, const nanochat_mamba_state& in,
+                                            nanochat_mamba_state& out, workspace& ws, compute_context& cx) const {
   using detail::mamba3::sigmoid;
   using detail::mamba3::silu;
   using detail::mamba3::softplus;

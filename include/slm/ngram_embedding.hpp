@@ -227,8 +227,8 @@ SLM_INLINE status ngram_hash_config::validate() const {
   return {};
 }
 
-SLM_INLINE status detail::ngram::load_ints(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-    std::int64_t* out) {
+SLM_INLINE status detail::ngram::load_ints(const checkpoint& ck, const std::string& name,
+                                           std::initializer_list<std::size_t> dims, std::int64_t* out) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
@@ -262,7 +262,8 @@ SLM_INLINE status detail::ngram::load_ints(const checkpoint& ck, const std::stri
   return {};
 }
 
-SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpoint& ck, std::string_view prefix, const ngram_hash_config& c) {
+SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpoint& ck, std::string_view prefix,
+                                                                   const ngram_hash_config& c) {
   using detail::ngram::join;
   SLM_TRY(c.validate());
   ngram_hash_embedding m;
@@ -307,7 +308,7 @@ SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpo
 }
 
 SLM_INLINE status ngram_hash_embedding::init_hash(const ngram_hash_config& c, std::span<const std::int64_t> hash_mults,
-    std::span<const std::int64_t> hash_bias) {
+                                                  std::span<const std::int64_t> hash_bias) {
   SLM_TRY(c.validate());
   const std::size_t J = c.num_tables(), M = c.largest_order();
   if ((!hash_mults.empty() && hash_mults.size() != J * M) || (!hash_bias.empty() && hash_bias.size() != J))
@@ -337,7 +338,8 @@ SLM_INLINE std::int64_t ngram_hash_embedding::index(std::size_t j, const std::in
   return offsets[j] + floor_mod(h, sizes[j]);
 }
 
-SLM_INLINE status ngram_hash_embedding::indices(std::span<const std::int32_t> ids, ngram_history& hist, std::int64_t* idx) const {
+SLM_INLINE status ngram_hash_embedding::indices(std::span<const std::int32_t> ids, ngram_history& hist,
+                                                std::int64_t* idx) const {
   if (!ids.empty() && !idx) return make_error(errc::invalid_argument, "ngram_hash: null index output");
   const std::size_t J = cfg.num_tables(), M = cfg.largest_order();
   ngram_history h = hist;
@@ -352,8 +354,8 @@ SLM_INLINE status ngram_hash_embedding::indices(std::span<const std::int32_t> id
   return {};
 }
 
-SLM_INLINE status ngram_hash_embedding::forward(std::span<const std::int32_t> ids, ngram_history& hist, float* y, workspace& ws,
-    compute_context& cx) const {
+SLM_INLINE status ngram_hash_embedding::forward(std::span<const std::int32_t> ids, ngram_history& hist, float* y,
+                                                workspace& ws, compute_context& cx) const {
   const std::size_t T = ids.size();
   if (T == 0) return {};
   if (!y) return make_error(errc::invalid_argument, "ngram_hash: null output");
@@ -366,8 +368,8 @@ SLM_INLINE status ngram_hash_embedding::forward(std::span<const std::int32_t> id
   return {};
 }
 
-SLM_INLINE status ngram_hash_embedding::add_to(std::span<const std::int32_t> ids, ngram_history& hist, float* x, workspace& ws,
-    compute_context& cx) const {
+SLM_INLINE status ngram_hash_embedding::add_to(std::span<const std::int32_t> ids, ngram_history& hist, float* x,
+                                               workspace& ws, compute_context& cx) const {
   const std::size_t T = ids.size(), d = cfg.d_model;
   if (T == 0) return {};
   if (!x) return make_error(errc::invalid_argument, "ngram_hash: null output");
@@ -379,7 +381,8 @@ SLM_INLINE status ngram_hash_embedding::add_to(std::span<const std::int32_t> ids
   return {};
 }
 
-SLM_INLINE status ngram_hash_embedding::gather_rows(std::span<const std::int32_t> ids, ngram_history& hist, float* e, workspace& ws) const {
+SLM_INLINE status ngram_hash_embedding::gather_rows(std::span<const std::int32_t> ids, ngram_history& hist, float* e,
+                                                    workspace& ws) const {
   if (ids.empty()) return {};
   if (!e) return make_error(errc::invalid_argument, "ngram_hash: null output");
   ngram_history h = hist;
@@ -389,7 +392,8 @@ SLM_INLINE status ngram_hash_embedding::gather_rows(std::span<const std::int32_t
   return {};
 }
 
-SLM_INLINE status ngram_hash_embedding::gather(std::span<const std::int32_t> ids, ngram_history& h, workspace& ws) const {
+SLM_INLINE status ngram_hash_embedding::gather(std::span<const std::int32_t> ids, ngram_history& h,
+                                               workspace& ws) const {
   const std::size_t T = ids.size(), J = cfg.num_tables(), E = cfg.embed_dim, JE = cfg.concat_dim();
   SLM_TRY(ws.proj.resize(T * JE));
   std::array<std::int64_t, config::max_tables> idx{};

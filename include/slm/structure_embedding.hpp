@@ -153,7 +153,7 @@ SLM_INLINE status structure_embedding_config::validate() const {
 }
 
 SLM_INLINE result<structure_embedding> structure_embedding::load(const checkpoint& ck, std::string_view prefix,
-    const structure_embedding_config& c) {
+                                                                 const structure_embedding_config& c) {
   SLM_TRY(c.validate());
   structure_embedding m;
   m.cfg = c;
@@ -176,7 +176,8 @@ SLM_INLINE result<structure_embedding> structure_embedding::load(const checkpoin
   return m;
 }
 
-SLM_INLINE result<bool> structure_embedding::forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
+SLM_INLINE result<bool> structure_embedding::forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws,
+                                                     compute_context& cx) const {
   std::size_t given = 0;
   for (std::size_t c = 0; c < structure_component_count; ++c) {
     if (!cfg.is_active(c) || in.ids[c].empty()) continue;
@@ -210,7 +211,8 @@ SLM_INLINE result<bool> structure_embedding::forward(const structure_inputs& in,
   return true;
 }
 
-SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::size_t T, float* x, workspace& ws, compute_context& cx) const {
+SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::size_t T, float* x, workspace& ws,
+                                              compute_context& cx) const {
   if (zero || T == 0) return {};
   const std::size_t d = cfg.d_model;
   SLM_TRY(ws.attn.resize(T * d));
@@ -222,8 +224,8 @@ SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::s
   return {};
 }
 
-SLM_INLINE status structure_embedding::load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-    floats& out) {
+SLM_INLINE status structure_embedding::load_shaped(const checkpoint& ck, const std::string& name,
+                                                   std::initializer_list<std::size_t> dims, floats& out) {
   auto t = ck.tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
