@@ -90,14 +90,7 @@ struct m2rnn_scan_dims {
   std::size_t q_heads = 1;  // Hq, divides H
   std::size_t k_heads = 1;  // Hk, divides H
 
-  status validate() const {
-    if (heads == 0 || k_dim == 0 || v_dim == 0 || q_heads == 0 || k_heads == 0)
-      return make_error(errc::invalid_argument, "m2rnn: heads, k_dim, v_dim, q_heads and k_heads must be positive");
-    if (heads % q_heads != 0 || heads % k_heads != 0)
-      return make_error(errc::invalid_argument, "m2rnn: ", q_heads, " q heads and ", k_heads,
-                        " k heads must both divide the ", heads, " heads");
-    return {};
-  }
+  status validate() const;
 };
 
 // One sequence's scan inputs and output, token-major with row strides (in floats):
@@ -129,65 +122,20 @@ inline std::string join(std::string_view prefix, std::string_view name) {
   return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
 }
 
-inline status check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
-                       const float* M) {
-  SLM_TRY(d.validate());
-  if (T == 0) return {};
-  if (!W || !M || !io.q || !io.k || !io.v || !io.f || !io.y)
-    return make_error(errc::invalid_argument, "m2rnn: null q, k, v, f, W, state or output");
-  const std::size_t HV = d.heads * d.v_dim;
-  if (io.ldq < d.q_heads * d.k_dim || io.ldk < d.k_heads * d.k_dim || io.ldv < HV || io.ldf < d.heads ||
-      io.ldy < HV)
-    return make_error(errc::invalid_argument, "m2rnn: row strides q ", io.ldq, ", k ", io.ldk, ", v ", io.ldv, ", f ",
-                      io.ldf, ", y ", io.ldy, " are shorter than the rows [", d.q_heads * d.k_dim, "], [",
-                      d.k_heads * d.k_dim, "], [", HV, "], [", d.heads, "], [", HV, "]");
-  return {};
-}
+status check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
+                       const float* M);
 
 // Head h, tokens [t0, t0 + n), in place on Mh [K, V]; a is V floats of scratch. Row i:
 //   a = M[i, :] W                    [V] x [V, V] -> [V]
 //   M[i, :] = f M[i, :] + (1 - f) tanh(a + k_i v)
 //   y += q_i M[i, :]                 (y = M^T q, accumulated over i in order)
-inline void head_steps(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t h,
-                       std::size_t t0, std::size_t n, float* Mh, float* a) noexcept {
-  const std::size_t K = d.k_dim, V = d.v_dim;
-  const float* Wh = W + h * V * V;
-  const std::size_t qo = (h / (d.heads / d.q_heads)) * K, ko = (h / (d.heads / d.k_heads)) * K;
-  for (std::size_t t = t0; t < t0 + n; ++t) {
-    const float* q = io.q + t * io.ldq + qo;
-    const float* k = io.k + t * io.ldk + ko;
-    const float* v = io.v + t * io.ldv + h * V;
-    const float f = io.f[t * io.ldf + h], g = 1.0f - f;
-    float* y = io.y + t * io.ldy + h * V;
-    for (std::size_t j = 0; j < V; ++j) y[j] = 0.0f;
-    for (std::size_t i = 0; i < K; ++i) {
-      float* row = Mh + i * V;
-      for (std::size_t j = 0; j < V; ++j) a[j] = 0.0f;
-      for (std::size_t l = 0; l < V; ++l) {
-        const float m = row[l];
-        const float* Wl = Wh + l * V;
-        for (std::size_t j = 0; j < V; ++j) a[j] += m * Wl[j];
-      }
-      const float ki = k[i], qi = q[i];
-      for (std::size_t j = 0; j < V; ++j) {
-        row[j] = f * row[j] + g * std::tanh(a[j] + ki * v[j]);
-        y[j] += qi * row[j];
-      }
-    }
-  }
-}
+void head_steps(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t h,
+                       std::size_t t0, std::size_t n, float* Mh, float* a) noexcept;
 
 // Tokens [t0, t0 + n) for every head, heads split statically over `tasks` tasks; scratch
 // holds tasks * V floats.
-inline status scan_block(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t t0,
-                         std::size_t n, float* M, std::size_t tasks, float* scratch, executor_ref ex) {
-  const static_partition part = partition(0, d.heads, tasks);
-  const std::size_t KV = d.k_dim * d.v_dim;
-  return parallel_for_chunks(ex, part.count, [&](std::size_t c) {
-    const index_range r = part.chunk(c);
-    for (std::size_t h = r.begin; h < r.end; ++h) head_steps(d, W, io, h, t0, n, M + h * KV, scratch + c * d.v_dim);
-  });
-}
+status scan_block(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t t0,
+                         std::size_t n, float* M, std::size_t tasks, float* scratch, executor_ref ex);
 
 inline std::size_t scan_tasks(const m2rnn_scan_dims& d, executor_ref ex) noexcept {
   return std::max<std::size_t>(1, std::min(static_cast<std::size_t>(ex.concurrency()), d.heads));
@@ -204,53 +152,14 @@ inline float m2rnn_forget_gate(float f_raw, float A_log, float dt_bias) noexcept
 // (M_h W_h: W right-multiplies). Every head advances `chunk` tokens between two
 // synchronisations (chunk 0: all T at once); the chunk never changes the result, and
 // neither does the executor's thread count. T = 1 is the decode step. Scratch: ws.attn.
-inline status m2rnn_scan(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T, float* M,
-                         std::size_t chunk, workspace& ws, executor_ref ex) {
-  using namespace detail::m2rnn;
-  SLM_TRY(check_io(d, W, io, T, M));
-  if (T == 0) return {};
-  const std::size_t tasks = scan_tasks(d, ex), L = chunk == 0 ? T : std::min(chunk, T);
-  SLM_TRY(ws.attn.resize(tasks * d.v_dim));
-  for (std::size_t t0 = 0; t0 < T; t0 += L) SLM_TRY(scan_block(d, W, io, t0, std::min(L, T - t0), M, tasks, ws.attn.data(), ex));
-  return {};
-}
+status m2rnn_scan(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T, float* M,
+                         std::size_t chunk, workspace& ws, executor_ref ex);
 
 // The same recurrence as a plain transcription of cppmega's `_torch_m2rnn_forward`, head by
 // head, token by token, on one thread: hn = tanh(M W + k v^T) in full, then
 // M = f M + (1 - f) hn, then y = M^T q. Scratch: ws.attn (K V floats).
-inline status m2rnn_scan_reference(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
-                                   float* M, workspace& ws) {
-  SLM_TRY(detail::m2rnn::check_io(d, W, io, T, M));
-  if (T == 0) return {};
-  const std::size_t H = d.heads, K = d.k_dim, V = d.v_dim;
-  SLM_TRY(ws.attn.resize(K * V));
-  float* hn = ws.attn.data();
-  for (std::size_t h = 0; h < H; ++h) {
-    float* Mh = M + h * K * V;
-    const float* Wh = W + h * V * V;
-    const std::size_t qh = h / (H / d.q_heads), kh = h / (H / d.k_heads);
-    for (std::size_t t = 0; t < T; ++t) {
-      const float* q = io.q + t * io.ldq + qh * K;
-      const float* k = io.k + t * io.ldk + kh * K;
-      const float* v = io.v + t * io.ldv + h * V;
-      const float f = io.f[t * io.ldf + h];
-      float* y = io.y + t * io.ldy + h * V;
-      for (std::size_t i = 0; i < K; ++i)  // [K, V] x [V, V] -> [K, V], plus k v^T
-        for (std::size_t j = 0; j < V; ++j) {
-          float s = 0.0f;
-          for (std::size_t l = 0; l < V; ++l) s += Mh[i * V + l] * Wh[l * V + j];
-          hn[i * V + j] = std::tanh(s + k[i] * v[j]);
-        }
-      for (std::size_t i = 0; i < K * V; ++i) Mh[i] = f * Mh[i] + (1.0f - f) * hn[i];
-      for (std::size_t j = 0; j < V; ++j) {  // [V, K] x [K] -> [V]
-        float s = 0.0f;
-        for (std::size_t i = 0; i < K; ++i) s += q[i] * Mh[i * V + j];
-        y[j] = s;
-      }
-    }
-  }
-  return {};
-}
+status m2rnn_scan_reference(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
+                                   float* M, workspace& ws);
 
 // ---------------------------------------------------------------------------------
 // The mixer.
@@ -280,13 +189,7 @@ struct m2rnn_config {
   std::size_t conv_tail() const noexcept { return conv_kernel > 1 ? conv_kernel - 1 : 0; }
   m2rnn_scan_dims scan_dims() const noexcept { return {heads(), k_head_dim, v_head_dim, num_q_heads, num_k_heads}; }
 
-  status validate() const {
-    if (d_model == 0 || k_head_dim == 0 || v_head_dim == 0 || chunk_size == 0)
-      return make_error(errc::invalid_argument, "m2rnn: d_model, k_head_dim, v_head_dim and chunk_size must be positive");
-    SLM_TRY(scan_dims().validate());
-    if (!(eps > 0.0f) || !std::isfinite(eps)) return make_error(errc::invalid_argument, "m2rnn: eps must be positive");
-    return {};
-  }
+  status validate() const;
 };
 
 // One sequence's recurrent state. n counts the tokens it has consumed; n == 0 means a
@@ -302,14 +205,7 @@ struct m2rnn_state {
     n = 0;
   }
   // Snapshot / restore: a deep copy of another state.
-  status copy_from(const m2rnn_state& o) {
-    SLM_TRY(conv.resize(o.conv.size()));
-    SLM_TRY(M.resize(o.M.size()));
-    if (o.conv.size()) std::memcpy(conv.data(), o.conv.data(), o.conv.size() * sizeof(float));
-    if (o.M.size()) std::memcpy(M.data(), o.M.data(), o.M.size() * sizeof(float));
-    n = o.n;
-    return {};
-  }
+  status copy_from(const m2rnn_state& o);
   // Session state serialization (recurrent_cache.hpp): the kind tag and the buffers.
   static constexpr std::string_view kind = "m2rnn";
   template <class Self, class Fn>
@@ -338,40 +234,10 @@ class m2rnn_mixer {
 
   // Tensors `<prefix>.input_projection.weight` etc. (no prefix: the bare names), shapes
   // checked against cfg; an error names the tensor.
-  static result<m2rnn_mixer> load(const checkpoint& ck, std::string_view prefix, const m2rnn_config& c) {
-    using detail::m2rnn::join;
-    SLM_TRY(c.validate());
-    m2rnn_mixer m;
-    m.cfg = c;
-    const std::size_t H = c.heads(), V = c.v_head_dim, cd = c.conv_dim(), Kc = c.conv_kernel;
-    auto ip = load_linear(ck, join(prefix, "input_projection"), c.in_proj_dim(), c.d_model);
-    if (!ip.ok()) return std::move(ip).take_error();
-    m.in_proj = std::move(*ip);
-    auto op = load_linear(ck, join(prefix, "output_projection"), c.d_model, c.hv());
-    if (!op.ok()) return std::move(op).take_error();
-    m.out_proj = std::move(*op);
-    if (Kc) {
-      SLM_TRY(load_shaped(ck, join(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
-      SLM_TRY(load_shaped(ck, join(prefix, "conv1d.bias"), {cd}, m.conv_b));
-    }
-    SLM_TRY(load_shaped(ck, join(prefix, "A_log"), {H}, m.A));
-    for (std::size_t h = 0; h < H; ++h) m.A[h] = std::exp(m.A[h]);
-    SLM_TRY(load_shaped(ck, join(prefix, "dt_bias"), {H}, m.dt_bias));
-    SLM_TRY(load_shaped(ck, join(prefix, "state_weight"), {H, V, V}, m.W));
-    if (c.use_residual) SLM_TRY(load_shaped(ck, join(prefix, "D"), {H, V}, m.D));
-    SLM_TRY(load_shaped(ck, join(prefix, "g_norm.weight"), {H * V}, m.g_norm.weight));
-    m.g_norm.eps = c.eps;
-    m.g_norm.kind = norm_weight_kind::plain;
-    return m;
-  }
+  static result<m2rnn_mixer> load(const checkpoint& ck, std::string_view prefix, const m2rnn_config& c);
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
-  status init_state(m2rnn_state& s) const {
-    SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.conv_tail()));
-    SLM_TRY(s.M.resize(cfg.heads() * cfg.k_head_dim * cfg.v_head_dim));
-    s.reset();
-    return {};
-  }
+  status init_state(m2rnn_state& s) const;
 
   // Chunked prefill of T tokens x [T, d_model] -> y [T, d_model], continuing from st.
   status forward(const float* x, std::size_t T, float* y, m2rnn_state& st, workspace& ws, compute_context& cx) const {
@@ -402,14 +268,7 @@ class m2rnn_mixer {
   // x [T, d_model] -> out [T, d_model] (chunked; one token is the step). With a rollback
   // history, the last recorded tokens run one at a time (same result: the scan is
   // token by token whatever the chunk).
-  status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const {
-    const std::size_t d = cfg.d_model;
-    status s = c.forward(T, [&](const m2rnn_state& in, m2rnn_state& next, std::size_t first, std::size_t count) {
-      return run(x + first * d, count, out + first * d, in, next, count == 1 ? 1 : cfg.chunk_size, ws, cx);
-    });
-    if (!s.ok()) return std::move(s).with_context("m2rnn");
-    return s;
-  }
+  status forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws, compute_context& cx) const;
 
   // fn(name, linear, projection): every weight this layer multiplies by.
   template <class Fn>
@@ -421,37 +280,9 @@ class m2rnn_mixer {
  private:
   // A tensor of exactly `dims` (any dtype) into out as f32; every value finite.
   static status load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-                            floats& out) {
-    auto t = ck.tensor(name);
-    if (!t.ok()) return std::move(t).take_error();
-    bool same = t->rank() == dims.size();
-    std::size_t n = 1, i = 0;
-    std::string want = "[";
-    for (std::size_t v : dims) {
-      if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
-      want += cat(i ? ", " : "", v);
-      n *= v;
-      ++i;
-    }
-    want += "]";
-    if (!same)
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                        ", expected ", want);
-    SLM_TRY(out.resize(n));
-    if (auto s = t->to_f32(out.span()); !s.ok())
-      return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
-    for (std::size_t j = 0; j < n; ++j)
-      if (!std::isfinite(out[j]))
-        return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
-    return {};
-  }
+                            floats& out);
 
-  status check_state(const m2rnn_state& s) const {
-    if (s.conv.size() != cfg.conv_dim() * cfg.conv_tail() ||
-        s.M.size() != cfg.heads() * cfg.k_head_dim * cfg.v_head_dim)
-      return make_error(errc::invalid_argument, "m2rnn: the state is not sized for this layer (init_state)");
-    return {};
-  }
+  status check_state(const m2rnn_state& s) const;
 
   // The scan's view of one block's activations: xs [n, conv_dim] (post-conv q | k | v),
   // fg [n, H] (forget gates), yb [n, H V] (the outputs).
@@ -461,101 +292,21 @@ class m2rnn_mixer {
   }
 
   // Forget gates of n tokens from their projections zx [n, d_in] -> fg [n, H].
-  void gates(const float* zx, std::size_t n, float* fg) const noexcept {
-    const std::size_t H = cfg.heads(), dip = cfg.in_proj_dim(), cd = cfg.conv_dim();
-    for (std::size_t t = 0; t < n; ++t)
-      for (std::size_t h = 0; h < H; ++h) fg[t * H + h] = detail::m2rnn::decay(zx[t * dip + cd + h] + dt_bias[h], A[h]);
-  }
+  void gates(const float* zx, std::size_t n, float* fg) const noexcept;
 
   // In place on yb [n, H V]: y + D v, times silu(g), then g_norm; xs, zx as in run().
-  void epilogue(const float* zx, const float* xs, std::size_t n, float* yb) const noexcept {
-    const std::size_t hv = cfg.hv(), cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), H = cfg.heads();
-    const std::size_t vo = cfg.q_dim() + cfg.k_dim();
-    for (std::size_t t = 0; t < n; ++t) {
-      float* yt = yb + t * hv;
-      const float* v = xs + t * cd + vo;
-      const float* g = zx + t * dip + cd + H;
-      if (!D.empty())
-        for (std::size_t i = 0; i < hv; ++i) yt[i] += v[i] * D[i];
-      for (std::size_t i = 0; i < hv; ++i) yt[i] *= detail::m2rnn::silu(g[i]);
-      g_norm.apply_row(yt, yt, hv);
-    }
-  }
+  void epilogue(const float* zx, const float* xs, std::size_t n, float* yb) const noexcept;
 
   // From state `in` to state `out` (may be the same object), chunks of L tokens.
   status run(const float* x, std::size_t T, float* y, const m2rnn_state& in, m2rnn_state& out, std::size_t L,
-             workspace& ws, compute_context& cx) const {
-    using namespace detail::m2rnn;
-    if (T == 0) return {};
-    if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
-    SLM_TRY(check_state(in));
-    if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
-    const std::size_t d = cfg.d_model, H = cfg.heads(), Kc = cfg.conv_kernel, Kt = cfg.conv_tail();
-    const std::size_t cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), hv = cfg.hv();
-    const std::size_t conv_n = cd * Kt, m_n = H * cfg.k_head_dim * cfg.v_head_dim;
-    const m2rnn_scan_dims sd = cfg.scan_dims();
-    L = L == 0 ? T : std::min(L, T);
-    const std::size_t tasks = scan_tasks(sd, cx.ex);
-    const std::size_t n0 = in.n;
-    const bool fresh = n0 == 0;
-
-    // Fallible work first: the state is written only after the first in_proj has succeeded.
-    SLM_TRY(out.conv.resize(conv_n));
-    SLM_TRY(out.M.resize(m_n));
-    SLM_TRY(ws.proj.resize(L * (dip + cd + H + hv)));
-    SLM_TRY(ws.attn.resize(tasks * cfg.v_head_dim));
-    float* zx = ws.proj.data();  // [L, d_in]: c | f~ | g
-    float* xs = zx + L * dip;    // [L, conv_dim]: silu(conv(c)) = q | k | v
-    float* fg = xs + L * cd;     // [L, H]
-    float* yb = fg + L * H;      // [L, H V]
-    const m2rnn_scan_io io = scan_io(xs, fg, yb);
-
-    for (std::size_t c0 = 0; c0 < T; c0 += L) {
-      const std::size_t n = std::min(L, T - c0);
-      if (c0 && cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
-      SLM_TRY(in_proj.apply(x + c0 * d, n, zx, cx));  // [n, d] x [d, d_in] -> [n, d_in]
-      if (c0 == 0) {
-        if (fresh) {
-          std::fill(out.conv.data(), out.conv.data() + conv_n, 0.0f);
-          std::fill(out.M.data(), out.M.data() + m_n, 0.0f);
-        } else if (&in != &out) {
-          if (conv_n) std::memcpy(out.conv.data(), in.conv.data(), conv_n * sizeof(float));
-          std::memcpy(out.M.data(), in.M.data(), m_n * sizeof(float));
-        }
-      }
-      // Causal depthwise conv over [tail (Kt), c_0 .. c_{n-1}]; then the new tail, the last
-      // Kt of that sequence (ascending i reads tail[n + i] before anything at or past it
-      // is written).
-      for (std::size_t ch = 0; ch < cd; ++ch) {
-        float* tail = out.conv.data() + ch * Kt;
-        if (Kc == 0) {
-          for (std::size_t t = 0; t < n; ++t) xs[t * cd + ch] = zx[t * dip + ch];
-          continue;
-        }
-        const float* w = conv_w.data() + ch * Kc;
-        for (std::size_t t = 0; t < n; ++t) {
-          float acc = conv_b[ch];
-          for (std::size_t i = 0; i < Kc; ++i) {
-            const std::size_t j = t + i;  // index into the extended sequence
-            acc += w[i] * (j < Kt ? tail[j] : zx[(j - Kt) * dip + ch]);
-          }
-          xs[t * cd + ch] = silu(acc);
-        }
-        for (std::size_t i = 0; i < Kt; ++i) tail[i] = n + i < Kt ? tail[n + i] : zx[(n + i - Kt) * dip + ch];
-      }
-      gates(zx, n, fg);
-      // Every head advances n steps: per token [K, V] x [V, V] -> [K, V] and [V, K] x [K] -> [V].
-      SLM_TRY(scan_block(sd, W.data(), io, 0, n, out.M.data(), tasks, ws.attn.data(), cx.ex));
-      out.n = n0 + c0 + n;
-      epilogue(zx, xs, n, yb);
-      SLM_TRY(out_proj.apply(yb, n, y + c0 * d, cx));  // [n, H V] x [H V, d] -> [n, d]
-    }
-    return {};
-  }
+             workspace& ws, compute_context& cx) const;
 };
 
-inline status m2rnn_mixer::forward_reference(const float* x, std::size_t T, float* y, m2rnn_state& st, workspace& ws,
-                                             compute_context& cx) const {
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE status m2rnn_mixer::forward_reference(const float* x, std::size_t T, float* y, m2rnn_state& st,
+                                                 workspace& ws, compute_context& cx) const {
   using namespace detail::m2rnn;
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
@@ -598,5 +349,300 @@ inline status m2rnn_mixer::forward_reference(const float* x, std::size_t T, floa
   epilogue(zx, xs, T, yb);
   return out_proj.apply(yb, T, y, cx);  // [T, H V] x [H V, d] -> [T, d]
 }
+
+SLM_INLINE status m2rnn_scan_dims::validate() const {
+  if (heads == 0 || k_dim == 0 || v_dim == 0 || q_heads == 0 || k_heads == 0)
+    return make_error(errc::invalid_argument, "m2rnn: heads, k_dim, v_dim, q_heads and k_heads must be positive");
+  if (heads % q_heads != 0 || heads % k_heads != 0)
+    return make_error(errc::invalid_argument, "m2rnn: ", q_heads, " q heads and ", k_heads,
+                      " k heads must both divide the ", heads, " heads");
+  return {};
+}
+
+SLM_INLINE status detail::m2rnn::check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                          std::size_t T, const float* M) {
+  SLM_TRY(d.validate());
+  if (T == 0) return {};
+  if (!W || !M || !io.q || !io.k || !io.v || !io.f || !io.y)
+    return make_error(errc::invalid_argument, "m2rnn: null q, k, v, f, W, state or output");
+  const std::size_t HV = d.heads * d.v_dim;
+  if (io.ldq < d.q_heads * d.k_dim || io.ldk < d.k_heads * d.k_dim || io.ldv < HV || io.ldf < d.heads ||
+      io.ldy < HV)
+    return make_error(errc::invalid_argument, "m2rnn: row strides q ", io.ldq, ", k ", io.ldk, ", v ", io.ldv, ", f ",
+                      io.ldf, ", y ", io.ldy, " are shorter than the rows [", d.q_heads * d.k_dim, "], [",
+                      d.k_heads * d.k_dim, "], [", HV, "], [", d.heads, "], [", HV, "]");
+  return {};
+}
+
+SLM_INLINE void detail::m2rnn::head_steps(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                          std::size_t h, std::size_t t0, std::size_t n, float* Mh, float* a) noexcept {
+  const std::size_t K = d.k_dim, V = d.v_dim;
+  const float* Wh = W + h * V * V;
+  const std::size_t qo = (h / (d.heads / d.q_heads)) * K, ko = (h / (d.heads / d.k_heads)) * K;
+  for (std::size_t t = t0; t < t0 + n; ++t) {
+    const float* q = io.q + t * io.ldq + qo;
+    const float* k = io.k + t * io.ldk + ko;
+    const float* v = io.v + t * io.ldv + h * V;
+    const float f = io.f[t * io.ldf + h], g = 1.0f - f;
+    float* y = io.y + t * io.ldy + h * V;
+    for (std::size_t j = 0; j < V; ++j) y[j] = 0.0f;
+    for (std::size_t i = 0; i < K; ++i) {
+      float* row = Mh + i * V;
+      for (std::size_t j = 0; j < V; ++j) a[j] = 0.0f;
+      for (std::size_t l = 0; l < V; ++l) {
+        const float m = row[l];
+        const float* Wl = Wh + l * V;
+        for (std::size_t j = 0; j < V; ++j) a[j] += m * Wl[j];
+      }
+      const float ki = k[i], qi = q[i];
+      for (std::size_t j = 0; j < V; ++j) {
+        row[j] = f * row[j] + g * std::tanh(a[j] + ki * v[j]);
+        y[j] += qi * row[j];
+      }
+    }
+  }
+}
+
+SLM_INLINE status detail::m2rnn::scan_block(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io,
+                                            std::size_t t0, std::size_t n, float* M, std::size_t tasks, float* scratch,
+                                            executor_ref ex) {
+  const static_partition part = partition(0, d.heads, tasks);
+  const std::size_t KV = d.k_dim * d.v_dim;
+  return parallel_for_chunks(ex, part.count, [&](std::size_t c) {
+    const index_range r = part.chunk(c);
+    for (std::size_t h = r.begin; h < r.end; ++h) head_steps(d, W, io, h, t0, n, M + h * KV, scratch + c * d.v_dim);
+  });
+}
+
+SLM_INLINE status m2rnn_scan(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T, float* M,
+                             std::size_t chunk, workspace& ws, executor_ref ex) {
+  using namespace detail::m2rnn;
+  SLM_TRY(check_io(d, W, io, T, M));
+  if (T == 0) return {};
+  const std::size_t tasks = scan_tasks(d, ex), L = chunk == 0 ? T : std::min(chunk, T);
+  SLM_TRY(ws.attn.resize(tasks * d.v_dim));
+  for (std::size_t t0 = 0; t0 < T; t0 += L) SLM_TRY(scan_block(d, W, io, t0, std::min(L, T - t0), M, tasks, ws.attn.data(), ex));
+  return {};
+}
+
+SLM_INLINE status m2rnn_scan_reference(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
+                                       float* M, workspace& ws) {
+  SLM_TRY(detail::m2rnn::check_io(d, W, io, T, M));
+  if (T == 0) return {};
+  const std::size_t H = d.heads, K = d.k_dim, V = d.v_dim;
+  SLM_TRY(ws.attn.resize(K * V));
+  float* hn = ws.attn.data();
+  for (std::size_t h = 0; h < H; ++h) {
+    float* Mh = M + h * K * V;
+    const float* Wh = W + h * V * V;
+    const std::size_t qh = h / (H / d.q_heads), kh = h / (H / d.k_heads);
+    for (std::size_t t = 0; t < T; ++t) {
+      const float* q = io.q + t * io.ldq + qh * K;
+      const float* k = io.k + t * io.ldk + kh * K;
+      const float* v = io.v + t * io.ldv + h * V;
+      const float f = io.f[t * io.ldf + h];
+      float* y = io.y + t * io.ldy + h * V;
+      for (std::size_t i = 0; i < K; ++i)  // [K, V] x [V, V] -> [K, V], plus k v^T
+        for (std::size_t j = 0; j < V; ++j) {
+          float s = 0.0f;
+          for (std::size_t l = 0; l < V; ++l) s += Mh[i * V + l] * Wh[l * V + j];
+          hn[i * V + j] = std::tanh(s + k[i] * v[j]);
+        }
+      for (std::size_t i = 0; i < K * V; ++i) Mh[i] = f * Mh[i] + (1.0f - f) * hn[i];
+      for (std::size_t j = 0; j < V; ++j) {  // [V, K] x [K] -> [V]
+        float s = 0.0f;
+        for (std::size_t i = 0; i < K; ++i) s += q[i] * Mh[i * V + j];
+        y[j] = s;
+      }
+    }
+  }
+  return {};
+}
+
+SLM_INLINE status m2rnn_config::validate() const {
+  if (d_model == 0 || k_head_dim == 0 || v_head_dim == 0 || chunk_size == 0)
+    return make_error(errc::invalid_argument, "m2rnn: d_model, k_head_dim, v_head_dim and chunk_size must be positive");
+  SLM_TRY(scan_dims().validate());
+  if (!(eps > 0.0f) || !std::isfinite(eps)) return make_error(errc::invalid_argument, "m2rnn: eps must be positive");
+  return {};
+}
+
+SLM_INLINE status m2rnn_state::copy_from(const m2rnn_state& o) {
+  SLM_TRY(conv.resize(o.conv.size()));
+  SLM_TRY(M.resize(o.M.size()));
+  if (o.conv.size()) std::memcpy(conv.data(), o.conv.data(), o.conv.size() * sizeof(float));
+  if (o.M.size()) std::memcpy(M.data(), o.M.data(), o.M.size() * sizeof(float));
+  n = o.n;
+  return {};
+}
+
+SLM_INLINE result<m2rnn_mixer> m2rnn_mixer::load(const checkpoint& ck, std::string_view prefix, const m2rnn_config& c) {
+  using detail::m2rnn::join;
+  SLM_TRY(c.validate());
+  m2rnn_mixer m;
+  m.cfg = c;
+  const std::size_t H = c.heads(), V = c.v_head_dim, cd = c.conv_dim(), Kc = c.conv_kernel;
+  auto ip = load_linear(ck, join(prefix, "input_projection"), c.in_proj_dim(), c.d_model);
+  if (!ip.ok()) return std::move(ip).take_error();
+  m.in_proj = std::move(*ip);
+  auto op = load_linear(ck, join(prefix, "output_projection"), c.d_model, c.hv());
+  if (!op.ok()) return std::move(op).take_error();
+  m.out_proj = std::move(*op);
+  if (Kc) {
+    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
+    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.bias"), {cd}, m.conv_b));
+  }
+  SLM_TRY(load_shaped(ck, join(prefix, "A_log"), {H}, m.A));
+  for (std::size_t h = 0; h < H; ++h) m.A[h] = std::exp(m.A[h]);
+  SLM_TRY(load_shaped(ck, join(prefix, "dt_bias"), {H}, m.dt_bias));
+  SLM_TRY(load_shaped(ck, join(prefix, "state_weight"), {H, V, V}, m.W));
+  if (c.use_residual) SLM_TRY(load_shaped(ck, join(prefix, "D"), {H, V}, m.D));
+  SLM_TRY(load_shaped(ck, join(prefix, "g_norm.weight"), {H * V}, m.g_norm.weight));
+  m.g_norm.eps = c.eps;
+  m.g_norm.kind = norm_weight_kind::plain;
+  return m;
+}
+
+SLM_INLINE status m2rnn_mixer::init_state(m2rnn_state& s) const {
+  SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.conv_tail()));
+  SLM_TRY(s.M.resize(cfg.heads() * cfg.k_head_dim * cfg.v_head_dim));
+  s.reset();
+  return {};
+}
+
+SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out, cache& c, workspace& ws,
+                                       compute_context& cx) const {
+  const std::size_t d = cfg.d_model;
+  status s = c.forward(T, [&](const m2rnn_state& in, m2rnn_state& next, std::size_t first, std::size_t count) {
+    return run(x + first * d, count, out + first * d, in, next, count == 1 ? 1 : cfg.chunk_size, ws, cx);
+  });
+  if (!s.ok()) return std::move(s).with_context("m2rnn");
+  return s;
+}
+
+SLM_INLINE status m2rnn_mixer::load_shaped(const checkpoint& ck, const std::string& name,
+                                           std::initializer_list<std::size_t> dims, floats& out) {
+  auto t = ck.tensor(name);
+  if (!t.ok()) return std::move(t).take_error();
+  bool same = t->rank() == dims.size();
+  std::size_t n = 1, i = 0;
+  std::string want = "[";
+  for (std::size_t v : dims) {
+    if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
+    want += cat(i ? ", " : "", v);
+    n *= v;
+    ++i;
+  }
+  want += "]";
+  if (!same)
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
+                      ", expected ", want);
+  SLM_TRY(out.resize(n));
+  if (auto s = t->to_f32(out.span()); !s.ok())
+    return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
+  for (std::size_t j = 0; j < n; ++j)
+    if (!std::isfinite(out[j]))
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
+  return {};
+}
+
+SLM_INLINE status m2rnn_mixer::check_state(const m2rnn_state& s) const {
+  if (s.conv.size() != cfg.conv_dim() * cfg.conv_tail() ||
+      s.M.size() != cfg.heads() * cfg.k_head_dim * cfg.v_head_dim)
+    return make_error(errc::invalid_argument, "m2rnn: the state is not sized for this layer (init_state)");
+  return {};
+}
+
+SLM_INLINE void m2rnn_mixer::gates(const float* zx, std::size_t n, float* fg) const noexcept {
+  const std::size_t H = cfg.heads(), dip = cfg.in_proj_dim(), cd = cfg.conv_dim();
+  for (std::size_t t = 0; t < n; ++t)
+    for (std::size_t h = 0; h < H; ++h) fg[t * H + h] = detail::m2rnn::decay(zx[t * dip + cd + h] + dt_bias[h], A[h]);
+}
+
+SLM_INLINE void m2rnn_mixer::epilogue(const float* zx, const float* xs, std::size_t n, float* yb) const noexcept {
+  const std::size_t hv = cfg.hv(), cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), H = cfg.heads();
+  const std::size_t vo = cfg.q_dim() + cfg.k_dim();
+  for (std::size_t t = 0; t < n; ++t) {
+    float* yt = yb + t * hv;
+    const float* v = xs + t * cd + vo;
+    const float* g = zx + t * dip + cd + H;
+    if (!D.empty())
+      for (std::size_t i = 0; i < hv; ++i) yt[i] += v[i] * D[i];
+    for (std::size_t i = 0; i < hv; ++i) yt[i] *= detail::m2rnn::silu(g[i]);
+    g_norm.apply_row(yt, yt, hv);
+  }
+}
+
+SLM_INLINE status m2rnn_mixer::run(const float* x, std::size_t T, float* y, const m2rnn_state& in, m2rnn_state& out,
+                                   std::size_t L, workspace& ws, compute_context& cx) const {
+  using namespace detail::m2rnn;
+  if (T == 0) return {};
+  if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
+  SLM_TRY(check_state(in));
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  const std::size_t d = cfg.d_model, H = cfg.heads(), Kc = cfg.conv_kernel, Kt = cfg.conv_tail();
+  const std::size_t cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), hv = cfg.hv();
+  const std::size_t conv_n = cd * Kt, m_n = H * cfg.k_head_dim * cfg.v_head_dim;
+  const m2rnn_scan_dims sd = cfg.scan_dims();
+  L = L == 0 ? T : std::min(L, T);
+  const std::size_t tasks = scan_tasks(sd, cx.ex);
+  const std::size_t n0 = in.n;
+  const bool fresh = n0 == 0;
+
+  // Fallible work first: the state is written only after the first in_proj has succeeded.
+  SLM_TRY(out.conv.resize(conv_n));
+  SLM_TRY(out.M.resize(m_n));
+  SLM_TRY(ws.proj.resize(L * (dip + cd + H + hv)));
+  SLM_TRY(ws.attn.resize(tasks * cfg.v_head_dim));
+  float* zx = ws.proj.data();  // [L, d_in]: c | f~ | g
+  float* xs = zx + L * dip;    // [L, conv_dim]: silu(conv(c)) = q | k | v
+  float* fg = xs + L * cd;     // [L, H]
+  float* yb = fg + L * H;      // [L, H V]
+  const m2rnn_scan_io io = scan_io(xs, fg, yb);
+
+  for (std::size_t c0 = 0; c0 < T; c0 += L) {
+    const std::size_t n = std::min(L, T - c0);
+    if (c0 && cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+    SLM_TRY(in_proj.apply(x + c0 * d, n, zx, cx));  // [n, d] x [d, d_in] -> [n, d_in]
+    if (c0 == 0) {
+      if (fresh) {
+        std::fill(out.conv.data(), out.conv.data() + conv_n, 0.0f);
+        std::fill(out.M.data(), out.M.data() + m_n, 0.0f);
+      } else if (&in != &out) {
+        if (conv_n) std::memcpy(out.conv.data(), in.conv.data(), conv_n * sizeof(float));
+        std::memcpy(out.M.data(), in.M.data(), m_n * sizeof(float));
+      }
+    }
+    // Causal depthwise conv over [tail (Kt), c_0 .. c_{n-1}]; then the new tail, the last
+    // Kt of that sequence (ascending i reads tail[n + i] before anything at or past it
+    // is written).
+    for (std::size_t ch = 0; ch < cd; ++ch) {
+      float* tail = out.conv.data() + ch * Kt;
+      if (Kc == 0) {
+        for (std::size_t t = 0; t < n; ++t) xs[t * cd + ch] = zx[t * dip + ch];
+        continue;
+      }
+      const float* w = conv_w.data() + ch * Kc;
+      for (std::size_t t = 0; t < n; ++t) {
+        float acc = conv_b[ch];
+        for (std::size_t i = 0; i < Kc; ++i) {
+          const std::size_t j = t + i;  // index into the extended sequence
+          acc += w[i] * (j < Kt ? tail[j] : zx[(j - Kt) * dip + ch]);
+        }
+        xs[t * cd + ch] = silu(acc);
+      }
+      for (std::size_t i = 0; i < Kt; ++i) tail[i] = n + i < Kt ? tail[n + i] : zx[(n + i - Kt) * dip + ch];
+    }
+    gates(zx, n, fg);
+    // Every head advances n steps: per token [K, V] x [V, V] -> [K, V] and [V, K] x [K] -> [V].
+    SLM_TRY(scan_block(sd, W.data(), io, 0, n, out.M.data(), tasks, ws.attn.data(), cx.ex));
+    out.n = n0 + c0 + n;
+    epilogue(zx, xs, n, yb);
+    SLM_TRY(out_proj.apply(yb, n, y + c0 * d, cx));  // [n, H V] x [H V, d] -> [n, d]
+  }
+  return {};
+}
+
+#endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm

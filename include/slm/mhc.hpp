@@ -66,22 +66,80 @@ struct mhc_config {
   float alpha() const noexcept { return static_cast<float>(std::min(std::max(blend_alpha, 0.0), 1.0)); }
   float tau() const noexcept { return static_cast<float>(std::max(temperature, epsilon)); }
 
-  status validate() const {
-    if (n_embd == 0) return make_error(errc::invalid_argument, "mhc: n_embd must be positive");
-    if (!std::isfinite(temperature) || !std::isfinite(epsilon) || !std::isfinite(blend_alpha))
-      return make_error(errc::invalid_argument, "mhc: temperature ", temperature, ", epsilon ", epsilon,
-                        " and blend_alpha ", blend_alpha, " must be finite");
-    if (epsilon < 0) return make_error(errc::invalid_argument, "mhc: epsilon ", epsilon, " is negative");
-    if (!(std::max(temperature, epsilon) > 0))
-      return make_error(errc::invalid_argument, "mhc: max(temperature, epsilon) = ", std::max(temperature, epsilon),
-                        " must be positive");
-    if (sinkhorn_iters > 100000) return make_error(errc::out_of_range, "mhc: ", sinkhorn_iters, " Sinkhorn iterations");
-    return {};
-  }
+  status validate() const;
 };
 
 // nanochat `_sinkhorn` on one [N, N] matrix: raw [N, N] -> transport [N, N] (may alias).
-inline void mhc_sinkhorn(const float* raw, std::size_t N, std::size_t iters, float eps, float* transport) noexcept {
+void mhc_sinkhorn(const float* raw, std::size_t N, std::size_t iters, float eps, float* transport) noexcept;
+
+// What weights() can report besides the weights (tests, probes): each [N, N] or null.
+struct mhc_detail {
+  float* raw = nullptr;        // M
+  float* transport = nullptr;  // S after Sinkhorn
+  bool* fell_back = nullptr;   // true when S was not finite (uniform weights)
+};
+
+class mhc_mixer {
+ public:
+  mhc_config cfg;
+  linear score_proj;  // [h, C]
+  linear score_out;   // [1, h]
+
+  // `transformer.h.{layer}.mhc` (nanochat GPT, layer 0-based).
+  static std::string nanochat_prefix(std::size_t layer) { return cat("transformer.h.", layer, ".mhc"); }
+
+  static result<mhc_mixer> load(const checkpoint& ck, std::string_view prefix, const mhc_config& c);
+
+  // The mixing weights w [N] from the pooled branch means pooled [N, C] (p_n above).
+  status weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws, compute_context& cx,
+                             const mhc_detail& d = {}) const;
+
+  // The mixing weights w [N] of N branches, each [T, C] (T >= 1; pooled over all T).
+  status weights(std::span<const float* const> branches, std::size_t T, float* w, workspace& ws, compute_context& cx,
+                 const mhc_detail& d = {}) const;
+
+  // y [T, C] = the mix of N branches [T, C] (see the file comment). y may be one of the
+  // branches (each output value is computed from the same position of every branch).
+  status forward(std::span<const float* const> branches, std::size_t T, float* y, workspace& ws, compute_context& cx,
+                 const mhc_detail& d = {}) const;
+
+  // y [T, C] from given weights w [N] (the second half of forward()).
+  void mix(std::span<const float* const> branches, std::size_t T, const float* w, float* y) const noexcept;
+
+  // Branches beyond this are refused whatever max_branches says (the weights live on the
+  // stack; nanochat's GPT uses 2 or 3).
+  static constexpr std::size_t branch_limit = 64;
+
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    fn("score_proj", score_proj, true);
+    fn("score_out", score_out, true);
+  }
+
+ private:
+  status check_n(std::size_t N) const;
+  status check_branches(std::span<const float* const> branches, std::size_t T) const;
+  // p [C] = mean over t of b [T, C], summed in double.
+  void pool(const float* b, std::size_t T, float* p) const noexcept;
+};
+
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE status mhc_config::validate() const {
+  if (n_embd == 0) return make_error(errc::invalid_argument, "mhc: n_embd must be positive");
+  if (!std::isfinite(temperature) || !std::isfinite(epsilon) || !std::isfinite(blend_alpha))
+    return make_error(errc::invalid_argument, "mhc: temperature ", temperature, ", epsilon ", epsilon,
+                      " and blend_alpha ", blend_alpha, " must be finite");
+  if (epsilon < 0) return make_error(errc::invalid_argument, "mhc: epsilon ", epsilon, " is negative");
+  if (!(std::max(temperature, epsilon) > 0))
+    return make_error(errc::invalid_argument, "mhc: max(temperature, epsilon) = ", std::max(temperature, epsilon),
+                      " must be positive");
+  if (sinkhorn_iters > 100000) return make_error(errc::out_of_range, "mhc: ", sinkhorn_iters, " Sinkhorn iterations");
+  return {};
+}
+
+SLM_INLINE void mhc_sinkhorn(const float* raw, std::size_t N, std::size_t iters, float eps, float* transport) noexcept {
   const std::size_t NN = N * N;
   float mx = raw[0];
   for (std::size_t i = 1; i < NN; ++i) mx = std::max(mx, raw[i]);
@@ -106,155 +164,126 @@ inline void mhc_sinkhorn(const float* raw, std::size_t N, std::size_t iters, flo
   rows();
 }
 
-// What weights() can report besides the weights (tests, probes): each [N, N] or null.
-struct mhc_detail {
-  float* raw = nullptr;        // M
-  float* transport = nullptr;  // S after Sinkhorn
-  bool* fell_back = nullptr;   // true when S was not finite (uniform weights)
-};
+SLM_INLINE result<mhc_mixer> mhc_mixer::load(const checkpoint& ck, std::string_view prefix, const mhc_config& c) {
+  SLM_TRY(c.validate());
+  const auto join = [&](std::string_view name) {
+    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
+  };
+  mhc_mixer m;
+  m.cfg = c;
+  auto p = load_linear(ck, join("score_proj"), c.hidden(), c.n_embd);
+  if (!p.ok()) return std::move(p).take_error();
+  m.score_proj = std::move(*p);
+  auto o = load_linear(ck, join("score_out"), 1, c.hidden());
+  if (!o.ok()) return std::move(o).take_error();
+  m.score_out = std::move(*o);
+  return m;
+}
 
-class mhc_mixer {
- public:
-  mhc_config cfg;
-  linear score_proj;  // [h, C]
-  linear score_out;   // [1, h]
-
-  // `transformer.h.{layer}.mhc` (nanochat GPT, layer 0-based).
-  static std::string nanochat_prefix(std::size_t layer) { return cat("transformer.h.", layer, ".mhc"); }
-
-  static result<mhc_mixer> load(const checkpoint& ck, std::string_view prefix, const mhc_config& c) {
-    SLM_TRY(c.validate());
-    const auto join = [&](std::string_view name) {
-      return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-    };
-    mhc_mixer m;
-    m.cfg = c;
-    auto p = load_linear(ck, join("score_proj"), c.hidden(), c.n_embd);
-    if (!p.ok()) return std::move(p).take_error();
-    m.score_proj = std::move(*p);
-    auto o = load_linear(ck, join("score_out"), 1, c.hidden());
-    if (!o.ok()) return std::move(o).take_error();
-    m.score_out = std::move(*o);
-    return m;
-  }
-
-  // The mixing weights w [N] from the pooled branch means pooled [N, C] (p_n above).
-  status weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws, compute_context& cx,
-                             const mhc_detail& d = {}) const {
-    SLM_TRY(check_n(N));
-    if (!pooled || !w) return make_error(errc::invalid_argument, "mhc: null pooled means or weights");
-    const std::size_t C = cfg.n_embd, h = cfg.hidden();
-    if (score_proj.out() != h || score_proj.in() != C || score_out.out() != 1 || score_out.in() != h)
-      return make_error(errc::invalid_argument, "mhc: the mixer's weights do not match its config");
-    // Scratch: hid [N, h], logit [N], S [N, N].
-    SLM_TRY(ws.attn.resize(N * h + N + N * N));
-    float* hid = ws.attn.data();
-    float* logit = hid + N * h;
-    float* S = logit + N;
-    SLM_TRY(score_proj.apply(pooled, N, C, hid, h, cx));  // [N, C] x [C, h] -> [N, h]
-    for (std::size_t i = 0; i < N * h; ++i) hid[i] = std::tanh(hid[i]);
-    SLM_TRY(score_out.apply(hid, N, h, logit, 1, cx));  // [N, h] x [h, 1] -> [N]
-    const float tau = cfg.tau(), eps = static_cast<float>(cfg.epsilon);
-    for (std::size_t a = 0; a < N; ++a)
-      for (std::size_t c = 0; c < N; ++c) S[a * N + c] = (logit[a] + logit[c]) / tau;
-    if (d.raw) std::memcpy(d.raw, S, N * N * sizeof(float));
-    mhc_sinkhorn(S, N, cfg.sinkhorn_iters, eps, S);
-    if (d.transport) std::memcpy(d.transport, S, N * N * sizeof(float));
-    bool finite = true;
-    for (std::size_t i = 0; i < N * N; ++i) finite = finite && std::isfinite(S[i]);
-    if (d.fell_back) *d.fell_back = !finite;
-    if (!finite) {
-      for (std::size_t n = 0; n < N; ++n) w[n] = 1.0f / static_cast<float>(N);
-      return {};
-    }
-    const float fN = static_cast<float>(N);
-    float sum = 0.0f;
-    for (std::size_t n = 0; n < N; ++n) {
-      float s = 0.0f;
-      for (std::size_t a = 0; a < N; ++a) s += S[a * N + n];
-      w[n] = s / fN;
-      sum += w[n];
-    }
-    sum += eps;
-    for (std::size_t n = 0; n < N; ++n) w[n] /= sum;
+SLM_INLINE status mhc_mixer::weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws,
+                                                 compute_context& cx, const mhc_detail& d) const {
+  SLM_TRY(check_n(N));
+  if (!pooled || !w) return make_error(errc::invalid_argument, "mhc: null pooled means or weights");
+  const std::size_t C = cfg.n_embd, h = cfg.hidden();
+  if (score_proj.out() != h || score_proj.in() != C || score_out.out() != 1 || score_out.in() != h)
+    return make_error(errc::invalid_argument, "mhc: the mixer's weights do not match its config");
+  // Scratch: hid [N, h], logit [N], S [N, N].
+  SLM_TRY(ws.attn.resize(N * h + N + N * N));
+  float* hid = ws.attn.data();
+  float* logit = hid + N * h;
+  float* S = logit + N;
+  SLM_TRY(score_proj.apply(pooled, N, C, hid, h, cx));  // [N, C] x [C, h] -> [N, h]
+  for (std::size_t i = 0; i < N * h; ++i) hid[i] = std::tanh(hid[i]);
+  SLM_TRY(score_out.apply(hid, N, h, logit, 1, cx));  // [N, h] x [h, 1] -> [N]
+  const float tau = cfg.tau(), eps = static_cast<float>(cfg.epsilon);
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t c = 0; c < N; ++c) S[a * N + c] = (logit[a] + logit[c]) / tau;
+  if (d.raw) std::memcpy(d.raw, S, N * N * sizeof(float));
+  mhc_sinkhorn(S, N, cfg.sinkhorn_iters, eps, S);
+  if (d.transport) std::memcpy(d.transport, S, N * N * sizeof(float));
+  bool finite = true;
+  for (std::size_t i = 0; i < N * N; ++i) finite = finite && std::isfinite(S[i]);
+  if (d.fell_back) *d.fell_back = !finite;
+  if (!finite) {
+    for (std::size_t n = 0; n < N; ++n) w[n] = 1.0f / static_cast<float>(N);
     return {};
   }
-
-  // The mixing weights w [N] of N branches, each [T, C] (T >= 1; pooled over all T).
-  status weights(std::span<const float* const> branches, std::size_t T, float* w, workspace& ws, compute_context& cx,
-                 const mhc_detail& d = {}) const {
-    SLM_TRY(check_branches(branches, T));
-    const std::size_t N = branches.size(), C = cfg.n_embd;
-    SLM_TRY(ws.index.resize(N * C));
-    float* pooled = ws.index.data();
-    for (std::size_t n = 0; n < N; ++n) pool(branches[n], T, pooled + n * C);
-    return weights_from_pooled(pooled, N, w, ws, cx, d);
+  const float fN = static_cast<float>(N);
+  float sum = 0.0f;
+  for (std::size_t n = 0; n < N; ++n) {
+    float s = 0.0f;
+    for (std::size_t a = 0; a < N; ++a) s += S[a * N + n];
+    w[n] = s / fN;
+    sum += w[n];
   }
+  sum += eps;
+  for (std::size_t n = 0; n < N; ++n) w[n] /= sum;
+  return {};
+}
 
-  // y [T, C] = the mix of N branches [T, C] (see the file comment). y may be one of the
-  // branches (each output value is computed from the same position of every branch).
-  status forward(std::span<const float* const> branches, std::size_t T, float* y, workspace& ws, compute_context& cx,
-                 const mhc_detail& d = {}) const {
-    SLM_TRY(check_branches(branches, T));
-    if (!y) return make_error(errc::invalid_argument, "mhc: null output");
-    const std::size_t N = branches.size(), C = cfg.n_embd;
-    if (N == 1) {
-      if (y != branches[0]) std::memmove(y, branches[0], T * C * sizeof(float));
-      return {};
-    }
-    float w[64];
-    SLM_TRY(weights(branches, T, w, ws, cx, d));
-    mix(branches, T, w, y);
+SLM_INLINE status mhc_mixer::weights(std::span<const float* const> branches, std::size_t T, float* w, workspace& ws,
+                                     compute_context& cx, const mhc_detail& d) const {
+  SLM_TRY(check_branches(branches, T));
+  const std::size_t N = branches.size(), C = cfg.n_embd;
+  SLM_TRY(ws.index.resize(N * C));
+  float* pooled = ws.index.data();
+  for (std::size_t n = 0; n < N; ++n) pool(branches[n], T, pooled + n * C);
+  return weights_from_pooled(pooled, N, w, ws, cx, d);
+}
+
+SLM_INLINE status mhc_mixer::forward(std::span<const float* const> branches, std::size_t T, float* y, workspace& ws,
+                                     compute_context& cx, const mhc_detail& d) const {
+  SLM_TRY(check_branches(branches, T));
+  if (!y) return make_error(errc::invalid_argument, "mhc: null output");
+  const std::size_t N = branches.size(), C = cfg.n_embd;
+  if (N == 1) {
+    if (y != branches[0]) std::memmove(y, branches[0], T * C * sizeof(float));
     return {};
   }
+  float w[64];
+  SLM_TRY(weights(branches, T, w, ws, cx, d));
+  mix(branches, T, w, y);
+  return {};
+}
 
-  // y [T, C] from given weights w [N] (the second half of forward()).
-  void mix(std::span<const float* const> branches, std::size_t T, const float* w, float* y) const noexcept {
-    const std::size_t N = branches.size(), n = T * cfg.n_embd;
-    const float alpha = cfg.alpha();
-    for (std::size_t i = 0; i < n; ++i) {
-      float m = 0.0f;
-      for (std::size_t k = 0; k < N; ++k) m += branches[k][i] * w[k];
-      const float b0 = branches[0][i];
-      y[i] = alpha == 1.0f ? m : b0 + alpha * (m - b0);
-    }
+SLM_INLINE void mhc_mixer::mix(std::span<const float* const> branches, std::size_t T, const float* w,
+                               float* y) const noexcept {
+  const std::size_t N = branches.size(), n = T * cfg.n_embd;
+  const float alpha = cfg.alpha();
+  for (std::size_t i = 0; i < n; ++i) {
+    float m = 0.0f;
+    for (std::size_t k = 0; k < N; ++k) m += branches[k][i] * w[k];
+    const float b0 = branches[0][i];
+    y[i] = alpha == 1.0f ? m : b0 + alpha * (m - b0);
   }
+}
 
-  // Branches beyond this are refused whatever max_branches says (the weights live on the
-  // stack; nanochat's GPT uses 2 or 3).
-  static constexpr std::size_t branch_limit = 64;
+SLM_INLINE status mhc_mixer::check_n(std::size_t N) const {
+  if (N == 0) return make_error(errc::invalid_argument, "mhc: no branches");
+  if (cfg.max_branches > 0 && N > cfg.max_branches)
+    return make_error(errc::invalid_argument, "mhc: too many branches: got ", N, ", max_branches=", cfg.max_branches);
+  if (N > branch_limit)
+    return make_error(errc::out_of_range, "mhc: ", N, " branches, at most ", branch_limit);
+  return {};
+}
 
-  template <class Fn>
-  void for_each_linear(Fn&& fn) const {
-    fn("score_proj", score_proj, true);
-    fn("score_out", score_out, true);
-  }
+SLM_INLINE status mhc_mixer::check_branches(std::span<const float* const> branches, std::size_t T) const {
+  SLM_TRY(check_n(branches.size()));
+  if (T == 0) return make_error(errc::invalid_argument, "mhc: no tokens (the branch means need T >= 1)");
+  for (const float* b : branches)
+    if (!b) return make_error(errc::invalid_argument, "mhc: null branch");
+  return {};
+}
 
- private:
-  status check_n(std::size_t N) const {
-    if (N == 0) return make_error(errc::invalid_argument, "mhc: no branches");
-    if (cfg.max_branches > 0 && N > cfg.max_branches)
-      return make_error(errc::invalid_argument, "mhc: too many branches: got ", N, ", max_branches=", cfg.max_branches);
-    if (N > branch_limit)
-      return make_error(errc::out_of_range, "mhc: ", N, " branches, at most ", branch_limit);
-    return {};
+SLM_INLINE void mhc_mixer::pool(const float* b, std::size_t T, float* p) const noexcept {
+  const std::size_t C = cfg.n_embd;
+  for (std::size_t c = 0; c < C; ++c) {
+    double s = 0;
+    for (std::size_t t = 0; t < T; ++t) s += b[t * C + c];
+    p[c] = static_cast<float>(s / static_cast<double>(T));
   }
-  status check_branches(std::span<const float* const> branches, std::size_t T) const {
-    SLM_TRY(check_n(branches.size()));
-    if (T == 0) return make_error(errc::invalid_argument, "mhc: no tokens (the branch means need T >= 1)");
-    for (const float* b : branches)
-      if (!b) return make_error(errc::invalid_argument, "mhc: null branch");
-    return {};
-  }
-  // p [C] = mean over t of b [T, C], summed in double.
-  void pool(const float* b, std::size_t T, float* p) const noexcept {
-    const std::size_t C = cfg.n_embd;
-    for (std::size_t c = 0; c < C; ++c) {
-      double s = 0;
-      for (std::size_t t = 0; t < T; ++t) s += b[t * C + c];
-      p[c] = static_cast<float>(s / static_cast<double>(T));
-    }
-  }
-};
+}
+
+#endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm

@@ -102,17 +102,27 @@ namespace detail::nam56r {
 
 constexpr char upper(char c) noexcept { return c >= 'a' && c <= 'z' ? static_cast<char>(c - 'a' + 'A') : c; }
 
-inline std::string char_name(char c) {
+std::string char_name(char c);
+
+}  // namespace detail::nam56r
+
+// The pattern alone: `depth` upper-case symbols from A E M R, tiled or concatenated.
+result<std::string> expand_nam56r_symbols(std::string_view pattern, std::size_t depth);
+
+// The whole plan: the main stack per §1.1/§1.2, then the MTP sublayers.
+result<nam56r_plan> plan_nam56r_layers(const nam56r_pattern_config& c);
+
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE std::string detail::nam56r::char_name(char c) {
   if (c >= 0x20 && c < 0x7f) return cat("'", c, "'");
   const auto u = static_cast<unsigned char>(c);
   const char* hex = "0123456789abcdef";
   return cat("0x", hex[u >> 4], hex[u & 15u]);
 }
 
-}  // namespace detail::nam56r
-
-// The pattern alone: `depth` upper-case symbols from A E M R, tiled or concatenated.
-inline result<std::string> expand_nam56r_symbols(std::string_view pattern, std::size_t depth) {
+SLM_INLINE result<std::string> expand_nam56r_symbols(std::string_view pattern, std::size_t depth) {
   using detail::nam56r::char_name;
   using detail::nam56r::upper;
   if (depth == 0) return make_error(errc::invalid_argument, "NAM56R depth is 0");
@@ -152,8 +162,7 @@ inline result<std::string> expand_nam56r_symbols(std::string_view pattern, std::
   return tiled;
 }
 
-// The whole plan: the main stack per §1.1/§1.2, then the MTP sublayers.
-inline result<nam56r_plan> plan_nam56r_layers(const nam56r_pattern_config& c) {
+SLM_INLINE result<nam56r_plan> plan_nam56r_layers(const nam56r_pattern_config& c) {
   auto expanded = expand_nam56r_symbols(c.pattern, c.depth);
   if (!expanded.ok()) return std::move(expanded).take_error();
   if (c.mtp_depths > nam56r_max_mtp_depths)
@@ -237,5 +246,7 @@ inline result<nam56r_plan> plan_nam56r_layers(const nam56r_pattern_config& c) {
   }
   return p;
 }
+
+#endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm

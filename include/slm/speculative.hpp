@@ -117,15 +117,7 @@ status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std
 // A draw from probs (summing to ~1) by the inverse CDF at u in [0, 1), ids in increasing
 // order; zero-probability ids are never drawn (rounding past the end gives the last
 // positive one; -1 only when every probability is 0).
-inline std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept {
-  double c = 0.0;
-  std::int32_t last = -1;
-  for (std::size_t i = 0; i < probs.size(); ++i) {
-    if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
-    if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
-  }
-  return last;
-}
+std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept;
 
 template <class Uniform>
   requires std::is_invocable_r_v<double, Uniform&>
@@ -231,5 +223,20 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
     x = next;
   }
 }
+
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept {
+  double c = 0.0;
+  std::int32_t last = -1;
+  for (std::size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
+    if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
+  }
+  return last;
+}
+
+#endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm

@@ -84,17 +84,7 @@ struct structure_embedding_config {
   }
   std::size_t total_vocab() const noexcept { return offset_of(structure_component_count); }
 
-  status validate() const {
-    if (d_model == 0 || bottleneck == 0)
-      return make_error(errc::invalid_argument, "structure_embedding: d_model and bottleneck must be positive");
-    if (active == 0 || (active & ~all) != 0)
-      return make_error(errc::invalid_argument, "structure_embedding: active component mask ", unsigned{active},
-                        " is empty or names unknown components");
-    for (std::size_t c = 0; c < structure_component_count; ++c)
-      if (is_active(c) && vocab_of(c) == 0)
-        return make_error(errc::invalid_argument, "structure_embedding: active component ", c, " has vocabulary 0");
-    return {};
-  }
+  status validate() const;
 };
 
 // One call's side inputs: ids[c] holds T ids of component c (any value: clamped), or is
@@ -124,78 +114,15 @@ class structure_embedding {
   bool is_zero() const noexcept { return zero; }
 
   static result<structure_embedding> load(const checkpoint& ck, std::string_view prefix,
-                                          const structure_embedding_config& c) {
-    SLM_TRY(c.validate());
-    structure_embedding m;
-    m.cfg = c;
-    SLM_TRY(load_shaped(ck, join(prefix, "stacked_emb.weight"), {c.total_vocab(), c.bottleneck}, m.table));
-    SLM_TRY(load_shaped(ck, join(prefix, "component_scales"), {c.num_active()}, m.scales));
-    auto up = load_linear(ck, join(prefix, "up_proj"), c.d_model, c.bottleneck);
-    if (!up.ok()) return std::move(up).take_error();
-    m.up_proj = std::move(*up);
-    bool table_zero = std::all_of(m.table.data(), m.table.data() + m.table.size(), [](float v) { return v == 0.0f; });
-    bool up_zero = true;
-    {
-      floats row;
-      SLM_TRY(row.resize(c.bottleneck));
-      for (std::size_t r = 0; r < c.d_model && up_zero; ++r) {
-        dequantize_row(m.up_proj.w, r, row.span());
-        up_zero = std::all_of(row.data(), row.data() + c.bottleneck, [](float v) { return v == 0.0f; });
-      }
-    }
-    m.zero = table_zero || up_zero;
-    return m;
-  }
+                                          const structure_embedding_config& c);
 
   // y [T, d] = Struct of T tokens' side inputs. Returns false, with y untouched, when every
   // active component is missing (cppmega's scalar 0: nothing to add). Scratch: ws.proj.
-  result<bool> forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
-    std::size_t given = 0;
-    for (std::size_t c = 0; c < structure_component_count; ++c) {
-      if (!cfg.is_active(c) || in.ids[c].empty()) continue;
-      if (in.ids[c].size() != T)
-        return make_error(errc::invalid_argument, "structure_embedding: component ", c, " has ", in.ids[c].size(),
-                          " ids for ", T, " tokens");
-      ++given;
-    }
-    if (given == 0 || T == 0) return false;
-    if (!y) return make_error(errc::invalid_argument, "structure_embedding: null output");
-    const std::size_t B = cfg.bottleneck;
-    SLM_TRY(ws.proj.assign_zero(T * B));
-    float* w = ws.proj.data();
-    std::size_t a = 0;  // index among active components
-    for (std::size_t c = 0; c < structure_component_count; ++c) {
-      if (!cfg.is_active(c)) continue;
-      const std::size_t k = a++;
-      if (in.ids[c].empty()) continue;  // missing: scale zeroed
-      const float s = scales[k];
-      const std::size_t off = cfg.offset_of(c);
-      const auto hi = static_cast<std::int64_t>(cfg.vocab_of(c) - 1);
-      for (std::size_t t = 0; t < T; ++t) {
-        const auto id = static_cast<std::size_t>(std::clamp<std::int64_t>(in.ids[c][t], 0, hi));
-        const float* row = table.data() + (off + id) * B;
-        for (std::size_t b = 0; b < B; ++b) w[t * B + b] += s * row[b];
-      }
-    }
-    // [T, B] x [B, d] -> [T, d]
-    status st = up_proj.apply(w, T, y, cx);
-    if (!st.ok()) return std::move(st).with_context("structure_embedding up_proj");
-    return true;
-  }
+  result<bool> forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws, compute_context& cx) const;
 
   // x [T, d] += Struct (the decoder's use); nothing when the module is zero or every
   // input is missing. Scratch: ws.proj and ws.attn.
-  status add_to(const structure_inputs& in, std::size_t T, float* x, workspace& ws, compute_context& cx) const {
-    if (zero || T == 0) return {};
-    const std::size_t d = cfg.d_model;
-    SLM_TRY(ws.attn.resize(T * d));
-    auto r = forward(in, T, ws.attn.data(), ws, cx);
-    if (!r.ok()) return std::move(r).take_error();
-    if (!*r) return {};
-    if (!x) return make_error(errc::invalid_argument, "structure_embedding: null output");
-    for (std::size_t k = 0; k < T * d; ++k) x[k] += ws.attn[k];
-    return {};
-  }
+  status add_to(const structure_inputs& in, std::size_t T, float* x, workspace& ws, compute_context& cx) const;
 
   template <class Fn>
   void for_each_linear(Fn&& fn) const {
@@ -207,30 +134,122 @@ class structure_embedding {
     return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
   }
   static status load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-                            floats& out) {
-    auto t = ck.tensor(name);
-    if (!t.ok()) return std::move(t).take_error();
-    bool same = t->rank() == dims.size();
-    std::size_t n = 1, i = 0;
-    std::string want = "[";
-    for (std::size_t v : dims) {
-      if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
-      want += cat(i ? ", " : "", v);
-      n *= v;
-      ++i;
-    }
-    want += "]";
-    if (!same)
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                        ", expected ", want);
-    SLM_TRY(out.resize(n));
-    if (auto s = t->to_f32(out.span()); !s.ok())
-      return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
-    for (std::size_t j = 0; j < n; ++j)
-      if (!std::isfinite(out[j]))
-        return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
-    return {};
-  }
+                            floats& out);
 };
+
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE status structure_embedding_config::validate() const {
+  if (d_model == 0 || bottleneck == 0)
+    return make_error(errc::invalid_argument, "structure_embedding: d_model and bottleneck must be positive");
+  if (active == 0 || (active & ~all) != 0)
+    return make_error(errc::invalid_argument, "structure_embedding: active component mask ", unsigned{active},
+                      " is empty or names unknown components");
+  for (std::size_t c = 0; c < structure_component_count; ++c)
+    if (is_active(c) && vocab_of(c) == 0)
+      return make_error(errc::invalid_argument, "structure_embedding: active component ", c, " has vocabulary 0");
+  return {};
+}
+
+SLM_INLINE result<structure_embedding> structure_embedding::load(const checkpoint& ck, std::string_view prefix,
+                                                                 const structure_embedding_config& c) {
+  SLM_TRY(c.validate());
+  structure_embedding m;
+  m.cfg = c;
+  SLM_TRY(load_shaped(ck, join(prefix, "stacked_emb.weight"), {c.total_vocab(), c.bottleneck}, m.table));
+  SLM_TRY(load_shaped(ck, join(prefix, "component_scales"), {c.num_active()}, m.scales));
+  auto up = load_linear(ck, join(prefix, "up_proj"), c.d_model, c.bottleneck);
+  if (!up.ok()) return std::move(up).take_error();
+  m.up_proj = std::move(*up);
+  bool table_zero = std::all_of(m.table.data(), m.table.data() + m.table.size(), [](float v) { return v == 0.0f; });
+  bool up_zero = true;
+  {
+    floats row;
+    SLM_TRY(row.resize(c.bottleneck));
+    for (std::size_t r = 0; r < c.d_model && up_zero; ++r) {
+      dequantize_row(m.up_proj.w, r, row.span());
+      up_zero = std::all_of(row.data(), row.data() + c.bottleneck, [](float v) { return v == 0.0f; });
+    }
+  }
+  m.zero = table_zero || up_zero;
+  return m;
+}
+
+SLM_INLINE result<bool> structure_embedding::forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws,
+                                                     compute_context& cx) const {
+  std::size_t given = 0;
+  for (std::size_t c = 0; c < structure_component_count; ++c) {
+    if (!cfg.is_active(c) || in.ids[c].empty()) continue;
+    if (in.ids[c].size() != T)
+      return make_error(errc::invalid_argument, "structure_embedding: component ", c, " has ", in.ids[c].size(),
+                        " ids for ", T, " tokens");
+    ++given;
+  }
+  if (given == 0 || T == 0) return false;
+  if (!y) return make_error(errc::invalid_argument, "structure_embedding: null output");
+  const std::size_t B = cfg.bottleneck;
+  SLM_TRY(ws.proj.assign_zero(T * B));
+  float* w = ws.proj.data();
+  std::size_t a = 0;  // index among active components
+  for (std::size_t c = 0; c < structure_component_count; ++c) {
+    if (!cfg.is_active(c)) continue;
+    const std::size_t k = a++;
+    if (in.ids[c].empty()) continue;  // missing: scale zeroed
+    const float s = scales[k];
+    const std::size_t off = cfg.offset_of(c);
+    const auto hi = static_cast<std::int64_t>(cfg.vocab_of(c) - 1);
+    for (std::size_t t = 0; t < T; ++t) {
+      const auto id = static_cast<std::size_t>(std::clamp<std::int64_t>(in.ids[c][t], 0, hi));
+      const float* row = table.data() + (off + id) * B;
+      for (std::size_t b = 0; b < B; ++b) w[t * B + b] += s * row[b];
+    }
+  }
+  // [T, B] x [B, d] -> [T, d]
+  status st = up_proj.apply(w, T, y, cx);
+  if (!st.ok()) return std::move(st).with_context("structure_embedding up_proj");
+  return true;
+}
+
+SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::size_t T, float* x, workspace& ws,
+                                              compute_context& cx) const {
+  if (zero || T == 0) return {};
+  const std::size_t d = cfg.d_model;
+  SLM_TRY(ws.attn.resize(T * d));
+  auto r = forward(in, T, ws.attn.data(), ws, cx);
+  if (!r.ok()) return std::move(r).take_error();
+  if (!*r) return {};
+  if (!x) return make_error(errc::invalid_argument, "structure_embedding: null output");
+  for (std::size_t k = 0; k < T * d; ++k) x[k] += ws.attn[k];
+  return {};
+}
+
+SLM_INLINE status structure_embedding::load_shaped(const checkpoint& ck, const std::string& name,
+                                                   std::initializer_list<std::size_t> dims, floats& out) {
+  auto t = ck.tensor(name);
+  if (!t.ok()) return std::move(t).take_error();
+  bool same = t->rank() == dims.size();
+  std::size_t n = 1, i = 0;
+  std::string want = "[";
+  for (std::size_t v : dims) {
+    if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
+    want += cat(i ? ", " : "", v);
+    n *= v;
+    ++i;
+  }
+  want += "]";
+  if (!same)
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
+                      ", expected ", want);
+  SLM_TRY(out.resize(n));
+  if (auto s = t->to_f32(out.span()); !s.ok())
+    return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
+  for (std::size_t j = 0; j < n; ++j)
+    if (!std::isfinite(out[j]))
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
+  return {};
+}
+
+#endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm
