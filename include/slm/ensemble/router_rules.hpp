@@ -94,7 +94,7 @@ class rules_router {
 
  private:
   rules_router() = default;
-  static std::string quoted(std::string_view s);
+  static std::string quoted(std::string_view s);  // one line: newlines shown as \n
   std::vector<std::string> labels_;
   std::vector<route_rule> rules_;
   std::vector<std::size_t> label_of_;  // rules_[i]'s label index
@@ -255,7 +255,7 @@ SLM_INLINE result<route_decision> rules_router::route(const route_request& q) co
   return d;
 }
 
-SLM_INLINE std::string rules_router::quoted(std::string_view s) {  // one line: newlines shown as \n
+SLM_INLINE std::string rules_router::quoted(std::string_view s) {
   std::string out = "'";
   for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
   return out + "'";
