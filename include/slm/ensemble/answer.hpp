@@ -54,12 +54,7 @@ struct answer_options {
 };
 
 // A one-line, greedy answer: what discrete questions (vote, cascade) ask for.
-inline answer_options one_line_answer(std::size_t max_new_tokens = 32) {
-  answer_options o;
-  o.max_new_tokens = max_new_tokens;
-  o.stop_strings = {"\n"};
-  return o;
-}
+answer_options one_line_answer(std::size_t max_new_tokens = 32);
 
 // How sure a member was of a whole answer, from its token probabilities:
 //   mean_token_prob: exp(mean log-prob) - the geometric mean of the token probabilities
@@ -110,7 +105,61 @@ inline double mean_of(std::span<const double> logprobs) noexcept {
 
 // Answers compared as the same answer: surrounding whitespace trimmed, and with case_fold
 // ASCII letters lower-cased (code answers are byte strings; no Unicode case folding).
-inline std::string normalise_answer(std::string_view s, bool case_fold = false) {
+std::string normalise_answer(std::string_view s, bool case_fold = false);
+
+// log softmax(row / temperature) at `id`, and at the row's top choice, in double.
+struct token_logprob {
+  double logprob = 0;  // of the token
+  double top = 0;      // of the most likely token (>= logprob)
+};
+token_logprob log_softmax_at(std::span<const float> row, std::int32_t id, float temperature);
+
+namespace detail {
+
+status check_member(const member_ref& m, std::string_view what);
+
+// The rows a member's distribution is over: a padded head's extra rows are never tokens.
+inline std::size_t scored_rows(const member_ref& m) { return std::min(m.model->vocab(), m.tok->vocab_size()); }
+
+status check_finite(const token_logprob& l, const member_ref& m, std::size_t at);
+
+}  // namespace detail
+
+// The prompt's ids in the member's tokenisation, as `slm run --prompt` encodes it.
+result<std::vector<std::int32_t>> encode_prompt(const member_ref& m, std::string_view prompt);
+
+// Generates from prompt ids already in the member's tokenisation (what refine.hpp's
+// rewrite needs). A hand loop around generator<member_session>: each token's row is kept
+// until the token is known, for its log-prob; stop rules as generator::generate.
+result<answer> member_answer_ids(const member_ref& m, std::span<const std::int32_t> prompt,
+                                        const answer_options& o, compute_context& cx);
+
+// One member's answer to a prompt text.
+result<answer> member_answer(const member_ref& m, std::string_view prompt, const answer_options& o,
+                                    compute_context& cx);
+
+// Log-probs of `continuation` after `prompt` (both in the member's tokenisation) under the
+// member's calibrated distribution: one forward over prompt + continuation but its last
+// token, keeping the continuation's rows. Also each row's top log-prob (refine.hpp's gap rule).
+struct continuation_scores {
+  std::vector<double> logprobs;      // [continuation.size()]
+  std::vector<double> top_logprobs;  // [continuation.size()]
+};
+result<continuation_scores> score_continuation(const member_ref& m, std::span<const std::int32_t> prompt,
+                                                      std::span<const std::int32_t> continuation,
+                                                      compute_context& cx, const session_options& so = {});
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE answer_options one_line_answer(std::size_t max_new_tokens) {
+  answer_options o;
+  o.max_new_tokens = max_new_tokens;
+  o.stop_strings = {"\n"};
+  return o;
+}
+
+SLM_INLINE std::string normalise_answer(std::string_view s, bool case_fold) {
   constexpr std::string_view space = " \t\n\r\f\v";
   const std::size_t b = s.find_first_not_of(space);
   if (b == std::string_view::npos) return {};
@@ -121,12 +170,7 @@ inline std::string normalise_answer(std::string_view s, bool case_fold = false) 
   return out;
 }
 
-// log softmax(row / temperature) at `id`, and at the row's top choice, in double.
-struct token_logprob {
-  double logprob = 0;  // of the token
-  double top = 0;      // of the most likely token (>= logprob)
-};
-inline token_logprob log_softmax_at(std::span<const float> row, std::int32_t id, float temperature) {
+SLM_INLINE token_logprob log_softmax_at(std::span<const float> row, std::int32_t id, float temperature) {
   double mx = -std::numeric_limits<double>::infinity();
   for (float x : row) mx = std::max(mx, static_cast<double>(x));
   const double t = temperature;
@@ -136,9 +180,7 @@ inline token_logprob log_softmax_at(std::span<const float> row, std::int32_t id,
   return {(static_cast<double>(row[static_cast<std::size_t>(id)]) - mx) / t - lse, -lse};
 }
 
-namespace detail {
-
-inline status check_member(const member_ref& m, std::string_view what) {
+SLM_INLINE status detail::check_member(const member_ref& m, std::string_view what) {
   if (!m.model || !m.tok)
     return make_error(errc::invalid_argument, what, " '", m.name, "' has no ", !m.model ? "model" : "tokenizer");
   if (!std::isfinite(m.temperature) || !(m.temperature > 0.0f))
@@ -147,19 +189,13 @@ inline status check_member(const member_ref& m, std::string_view what) {
   return {};
 }
 
-// The rows a member's distribution is over: a padded head's extra rows are never tokens.
-inline std::size_t scored_rows(const member_ref& m) { return std::min(m.model->vocab(), m.tok->vocab_size()); }
-
-inline status check_finite(const token_logprob& l, const member_ref& m, std::size_t at) {
+SLM_INLINE status detail::check_finite(const token_logprob& l, const member_ref& m, std::size_t at) {
   if (std::isfinite(l.logprob) && std::isfinite(l.top)) return {};
   return make_error(errc::invalid_argument, "member '", m.name, "': the logits at position ", at,
                     " hold a non-number (log-prob ", l.logprob, ")");
 }
 
-}  // namespace detail
-
-// The prompt's ids in the member's tokenisation, as `slm run --prompt` encodes it.
-inline result<std::vector<std::int32_t>> encode_prompt(const member_ref& m, std::string_view prompt) {
+SLM_INLINE result<std::vector<std::int32_t>> encode_prompt(const member_ref& m, std::string_view prompt) {
   SLM_TRY(detail::check_member(m, "member"));
   if (prompt.empty()) return make_error(errc::invalid_argument, "the prompt is empty");
   auto ids = m.tok->encode(prompt);
@@ -168,10 +204,7 @@ inline result<std::vector<std::int32_t>> encode_prompt(const member_ref& m, std:
   return ids;
 }
 
-// Generates from prompt ids already in the member's tokenisation (what refine.hpp's
-// rewrite needs). A hand loop around generator<member_session>: each token's row is kept
-// until the token is known, for its log-prob; stop rules as generator::generate.
-inline result<answer> member_answer_ids(const member_ref& m, std::span<const std::int32_t> prompt,
+SLM_INLINE result<answer> member_answer_ids(const member_ref& m, std::span<const std::int32_t> prompt,
                                         const answer_options& o, compute_context& cx) {
   const auto t0 = std::chrono::steady_clock::now();
   SLM_TRY(detail::check_member(m, "member"));
@@ -226,8 +259,7 @@ inline result<answer> member_answer_ids(const member_ref& m, std::span<const std
   return a;
 }
 
-// One member's answer to a prompt text.
-inline result<answer> member_answer(const member_ref& m, std::string_view prompt, const answer_options& o,
+SLM_INLINE result<answer> member_answer(const member_ref& m, std::string_view prompt, const answer_options& o,
                                     compute_context& cx) {
   const auto t0 = std::chrono::steady_clock::now();
   auto ids = encode_prompt(m, prompt);
@@ -237,16 +269,9 @@ inline result<answer> member_answer(const member_ref& m, std::string_view prompt
   return a;
 }
 
-// Log-probs of `continuation` after `prompt` (both in the member's tokenisation) under the
-// member's calibrated distribution: one forward over prompt + continuation but its last
-// token, keeping the continuation's rows. Also each row's top log-prob (refine.hpp's gap rule).
-struct continuation_scores {
-  std::vector<double> logprobs;      // [continuation.size()]
-  std::vector<double> top_logprobs;  // [continuation.size()]
-};
-inline result<continuation_scores> score_continuation(const member_ref& m, std::span<const std::int32_t> prompt,
+SLM_INLINE result<continuation_scores> score_continuation(const member_ref& m, std::span<const std::int32_t> prompt,
                                                       std::span<const std::int32_t> continuation,
-                                                      compute_context& cx, const session_options& so = {}) {
+                                                      compute_context& cx, const session_options& so) {
   SLM_TRY(detail::check_member(m, "member"));
   if (prompt.empty()) return make_error(errc::invalid_argument, "member '", m.name, "': the prompt has no tokens");
   continuation_scores out;
@@ -276,5 +301,7 @@ inline result<continuation_scores> score_continuation(const member_ref& m, std::
   }
   return out;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

@@ -66,7 +66,15 @@ struct cascade_result {
   std::string_view text() const { return steps[winner].reply.text; }
 };
 
-inline status validate(const cascade_options& o) {
+status validate(const cascade_options& o);
+
+result<cascade_result> cascade(std::span<const member_ref> members, std::string_view prompt,
+                                      const cascade_options& o, compute_context& cx);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE status validate(const cascade_options& o) {
   const auto check = [](double t, std::string_view what) -> status {
     if (std::isnan(t) || t < 0)
       return make_error(errc::invalid_argument, "cascade_options: ", what, " ", t,
@@ -77,7 +85,7 @@ inline status validate(const cascade_options& o) {
   return check(o.agreement_threshold, "agreement_threshold");
 }
 
-inline result<cascade_result> cascade(std::span<const member_ref> members, std::string_view prompt,
+SLM_INLINE result<cascade_result> cascade(std::span<const member_ref> members, std::string_view prompt,
                                       const cascade_options& o, compute_context& cx) {
   if (members.empty()) return make_error(errc::invalid_argument, "cascade: no members");
   SLM_TRY(validate(o));
@@ -112,5 +120,7 @@ inline result<cascade_result> cascade(std::span<const member_ref> members, std::
     if (r.steps[j].confidence > r.steps[r.winner].confidence) r.winner = j;
   return r;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

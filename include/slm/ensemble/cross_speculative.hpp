@@ -41,11 +41,7 @@
 
 namespace slm::ensemble {
 
-inline sampler_config greedy_sampling() {
-  sampler_config c;
-  c.temperature = 0.0f;
-  return c;
-}
+sampler_config greedy_sampling();
 
 struct cross_speculative_options {
   std::size_t max_new_tokens = 128;
@@ -67,7 +63,21 @@ struct cross_speculative_result {
   double seconds = 0.0;              // prefill + generation
 };
 
-inline result<cross_speculative_result> generate_cross_speculative(const member_ref& drafter, const member_ref& target,
+result<cross_speculative_result> generate_cross_speculative(const member_ref& drafter, const member_ref& target,
+                                                                   std::span<const std::int32_t> prompt,
+                                                                   const cross_speculative_options& o,
+                                                                   compute_context& cx);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE sampler_config greedy_sampling() {
+  sampler_config c;
+  c.temperature = 0.0f;
+  return c;
+}
+
+SLM_INLINE result<cross_speculative_result> generate_cross_speculative(const member_ref& drafter, const member_ref& target,
                                                                    std::span<const std::int32_t> prompt,
                                                                    const cross_speculative_options& o,
                                                                    compute_context& cx) {
@@ -222,5 +232,7 @@ inline result<cross_speculative_result> generate_cross_speculative(const member_
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

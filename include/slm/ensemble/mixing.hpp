@@ -51,49 +51,14 @@
 namespace slm::ensemble {
 
 // Weights >= 0 (finite, not NaN, not all zero) scaled to sum 1.
-inline result<std::vector<double>> normalized_weights(std::span<const double> w) {
-  if (w.empty()) return make_error(errc::invalid_argument, "mixture: no members (no weights)");
-  double sum = 0.0;
-  for (std::size_t i = 0; i < w.size(); ++i) {
-    if (!std::isfinite(w[i]) || w[i] < 0.0)
-      return make_error(errc::invalid_argument, "mixture: weight ", i, " is ", w[i], "; weights must be finite and >= 0");
-    sum += w[i];
-  }
-  if (!(sum > 0.0)) return make_error(errc::invalid_argument, "mixture: the ", w.size(), " weights sum to 0");
-  std::vector<double> out(w.begin(), w.end());
-  for (double& x : out) x /= sum;
-  return out;
-}
+result<std::vector<double>> normalized_weights(std::span<const double> w);
 
-inline status check_temperature(double t, std::size_t member) {
-  if (!std::isfinite(t) || t <= 0.0)
-    return make_error(errc::invalid_argument, "mixture: member ", member, " has temperature ", t,
-                      "; it must be a finite number > 0");
-  return {};
-}
+status check_temperature(double t, std::size_t member);
 
 namespace detail::mix {
 // log softmax(z[0 .. vocab) / t) into out, in double; an error on NaN / +inf (a row of all
 // -inf bans everything and is an error too: it is no distribution).
-inline status log_softmax(std::span<const float> z, double t, std::size_t member, std::span<double> out) {
-  const std::size_t n = out.size();
-  double mx = -std::numeric_limits<double>::infinity();
-  for (std::size_t v = 0; v < n; ++v) {
-    const float x = z[v];
-    if (!(x < std::numeric_limits<float>::infinity()))
-      return make_error(errc::invalid_argument, "mixture: member ", member, " logit ", v, " is ",
-                        std::isnan(x) ? "NaN" : "+infinity");
-    out[v] = static_cast<double>(x) / t;
-    mx = std::max(mx, out[v]);
-  }
-  if (mx == -std::numeric_limits<double>::infinity())
-    return make_error(errc::invalid_argument, "mixture: every logit of member ", member, " is -infinity");
-  double s = 0.0;
-  for (std::size_t v = 0; v < n; ++v) s += std::exp(out[v] - mx);
-  const double lse = mx + std::log(s);
-  for (std::size_t v = 0; v < n; ++v) out[v] -= lse;
-  return {};
-}
+status log_softmax(std::span<const float> z, double t, std::size_t member, std::span<double> out);
 }  // namespace detail::mix
 
 // p_mix over a fixed vocabulary for fixed members; owns its scratch (one per thread).
@@ -101,20 +66,7 @@ class token_mixture {
  public:
   // weights: one per member (normalised here); temperatures: one per member, > 0.
   static result<token_mixture> create(std::span<const double> weights, std::span<const double> temperatures,
-                                      std::size_t vocab) {
-    if (vocab == 0) return make_error(errc::invalid_argument, "mixture: a vocabulary of 0 tokens");
-    if (temperatures.size() != weights.size())
-      return make_error(errc::invalid_argument, "mixture: ", weights.size(), " weights but ", temperatures.size(),
-                        " temperatures");
-    auto w = normalized_weights(weights);
-    if (!w.ok()) return std::move(w).take_error();
-    for (std::size_t i = 0; i < temperatures.size(); ++i) SLM_TRY(check_temperature(temperatures[i], i));
-    token_mixture m;
-    m.weights_ = std::move(*w);
-    m.temperatures_.assign(temperatures.begin(), temperatures.end());
-    m.vocab_ = vocab;
-    return m;
-  }
+                                      std::size_t vocab);
 
   std::size_t members() const noexcept { return weights_.size(); }
   std::size_t vocab() const noexcept { return vocab_; }
@@ -123,55 +75,11 @@ class token_mixture {
 
   // log p_mix[v], v < vocab. rows[i]: member i's logits, at least vocab wide (wider rows:
   // padding, not read). Members of weight 0 are not read (their row may be empty).
-  status mix(std::span<const std::span<const float>> rows, std::span<double> log_p) {
-    if (rows.size() != members())
-      return make_error(errc::invalid_argument, "mixture: ", rows.size(), " logit rows for ", members(), " members");
-    if (log_p.size() != vocab_)
-      return make_error(errc::invalid_argument, "mixture: the output has ", log_p.size(), " entries, the vocabulary ",
-                        vocab_);
-    std::size_t live = 0;
-    for (std::size_t i = 0; i < members(); ++i) {
-      if (weights_[i] == 0.0) continue;
-      if (rows[i].size() < vocab_)
-        return make_error(errc::invalid_argument, "mixture: member ", i, " has a logit row of ", rows[i].size(),
-                          " entries, fewer than the shared vocabulary of ", vocab_);
-      ++live;
-    }
-    member_lp_.resize(live * vocab_);
-    log_w_.clear();
-    for (std::size_t i = 0, k = 0; i < members(); ++i) {
-      if (weights_[i] == 0.0) continue;
-      SLM_TRY(detail::mix::log_softmax(rows[i], temperatures_[i], i,
-                                       std::span<double>(member_lp_).subspan(k * vocab_, vocab_)));
-      log_w_.push_back(std::log(weights_[i]));
-      ++k;
-    }
-    // log p_mix[v] = logsumexp_k (log w_k + lp_k[v])
-    for (std::size_t v = 0; v < vocab_; ++v) {
-      double mx = -std::numeric_limits<double>::infinity();
-      for (std::size_t k = 0; k < live; ++k) mx = std::max(mx, log_w_[k] + member_lp_[k * vocab_ + v]);
-      if (mx == -std::numeric_limits<double>::infinity()) {
-        log_p[v] = mx;
-        continue;
-      }
-      double s = 0.0;
-      for (std::size_t k = 0; k < live; ++k) s += std::exp(log_w_[k] + member_lp_[k * vocab_ + v] - mx);
-      log_p[v] = mx + std::log(s);
-    }
-    return {};
-  }
+  status mix(std::span<const std::span<const float>> rows, std::span<double> log_p);
 
   // The sampler's row: log p_mix - max log p_mix as float (see the header comment).
   // log_p receives the unshifted double values.
-  status logits(std::span<const std::span<const float>> rows, std::span<double> log_p, std::span<float> out) {
-    if (out.size() != vocab_)
-      return make_error(errc::invalid_argument, "mixture: the logit row has ", out.size(), " entries, the vocabulary ",
-                        vocab_);
-    SLM_TRY(mix(rows, log_p));
-    const double mx = *std::max_element(log_p.begin(), log_p.end());
-    for (std::size_t v = 0; v < vocab_; ++v) out[v] = static_cast<float>(log_p[v] - mx);
-    return {};
-  }
+  status logits(std::span<const std::span<const float>> rows, std::span<double> log_p, std::span<float> out);
 
  private:
   std::vector<double> weights_, temperatures_, member_lp_, log_w_;
@@ -191,57 +99,14 @@ struct heldout_rows {
 
   // Adds the predictions of ids[1 ..] from ids[.. n-1]: a fresh session per window of at
   // most `window` tokens (0: the session's context), each window's first token only read.
-  status append(const member_model& m, std::span<const std::int32_t> ids, compute_context& cx, std::size_t window = 0) {
-    if (vocab == 0) return make_error(errc::invalid_argument, "heldout_rows: set vocab first");
-    const std::size_t rows = m.vocab();
-    if (rows < vocab)
-      return make_error(errc::invalid_argument, "heldout_rows: the member's logit rows (", rows,
-                        ") are narrower than the vocabulary (", vocab, ")");
-    for (std::size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab)
-        return make_error(errc::out_of_range, "heldout_rows: token id ", ids[i], " at index ", i,
-                          " is outside the vocabulary [0, ", vocab, ")");
-    member_session s = m.new_session();
-    if (window == 0 || window > s.max_tokens()) window = s.max_tokens();
-    if (window < 2) return make_error(errc::invalid_argument, "heldout_rows: a window of ", window, " tokens");
-    std::vector<float> buf;
-    for (std::size_t at = 0; at + 1 < ids.size(); at += window - 1) {  // windows overlap by one token
-      const std::size_t len = std::min(window, ids.size() - at);
-      const std::size_t n = len - 1;  // predictions of this window
-      s.reset();
-      buf.resize(n * rows);
-      // [n positions] -> logits [n, rows]: row j follows ids[at + j]
-      SLM_TRY(s.forward(ids.subspan(at, n), n, buf.data(), cx));
-      const std::size_t old = targets.size();
-      logits.resize((old + n) * vocab);
-      for (std::size_t j = 0; j < n; ++j)
-        std::copy_n(buf.data() + j * rows, vocab, logits.data() + (old + j) * vocab);
-      targets.insert(targets.end(), ids.begin() + static_cast<std::ptrdiff_t>(at + 1),
-                     ids.begin() + static_cast<std::ptrdiff_t>(at + len));
-    }
-    return {};
-  }
+  status append(const member_model& m, std::span<const std::int32_t> ids, compute_context& cx, std::size_t window = 0);
 
   // Mean negative log-likelihood (nats per token) at temperature t.
-  double mean_nll(double t) const {
-    double s = 0.0;
-    for (std::size_t r = 0; r < size(); ++r) s -= log_prob(r, t);
-    return size() ? s / static_cast<double>(size()) : 0.0;
-  }
+  double mean_nll(double t) const;
   // log softmax(row r / t)[target r].
-  double log_prob(std::size_t r, double t) const {
-    const float* z = logits.data() + r * vocab;
-    double mx = -std::numeric_limits<double>::infinity();
-    for (std::size_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(z[v]));
-    double s = 0.0;
-    for (std::size_t v = 0; v < vocab; ++v) s += std::exp((static_cast<double>(z[v]) - mx) / t);
-    return (static_cast<double>(z[static_cast<std::size_t>(targets[r])]) - mx) / t - std::log(s);
-  }
+  double log_prob(std::size_t r, double t) const;
   // log_probs[r * members + member] = log_prob(r, t): the input of fit_mixture_weights.
-  void target_log_probs(double t, std::size_t member, std::size_t members, std::vector<double>& log_probs) const {
-    log_probs.resize(size() * members);
-    for (std::size_t r = 0; r < size(); ++r) log_probs[r * members + member] = log_prob(r, t);
-  }
+  void target_log_probs(double t, std::size_t member, std::size_t members, std::vector<double>& log_probs) const;
 };
 
 struct temperature_fit {
@@ -258,7 +123,234 @@ struct temperature_fit {
 // with p = softmax(beta z). Newton steps on beta, kept inside a bracket [lo, hi] that the
 // sign of NLL' shrinks (a step leaving it bisects instead): converges whenever NLL' has a
 // root inside, quadratically near it; at a bound otherwise.
-inline result<temperature_fit> fit_temperature(const heldout_rows& h, double t_min = 0.05, double t_max = 20.0) {
+result<temperature_fit> fit_temperature(const heldout_rows& h, double t_min = 0.05, double t_max = 20.0);
+
+struct weight_fit {
+  std::vector<double> weights;
+  double mean_log_likelihood = 0.0;  // mean_t log sum_i w_i p_i(t), nats / token
+  std::size_t iterations = 0;
+};
+
+// EM for mixture weights: log_probs[t * members + i] = log p_i(token t) (each member's
+// calibrated probability of the held-out token). E step r_ti = w_i p_i(t) / sum_j w_j p_j(t),
+// M step w_i = mean_t r_ti; stops when no weight moves by more than tol.
+result<weight_fit> fit_mixture_weights(std::span<const double> log_probs, std::size_t members,
+                                              std::size_t max_iterations = 1000, double tol = 1e-10);
+
+// ---- Routing as weights ----
+
+enum class routing : std::uint8_t { top1, top2 };
+enum class router_scores : std::uint8_t {
+  logits,         // a classifier's logits or log-probabilities, -loss of perplexity routing:
+                  // top-2 weights = softmax of the two scores
+  probabilities,  // scores >= 0: top-2 weights = the two scores / their sum
+};
+
+// Mixture weights over `members` members from a router's ranking: ranked[k] the member
+// index at rank k (best first), scores[k] its score (higher is better). top-1: weight 1 on
+// ranked[0]; top-2: the two best, weighted by their scores as `kind` says; others 0 (and
+// generate_mixture does not run members of weight 0).
+result<std::vector<double>> routing_weights(std::size_t members, std::span<const std::size_t> ranked,
+                                                   std::span<const double> scores, routing r,
+                                                   router_scores kind = router_scores::logits);
+
+// ---- Generation from the mixture ----
+
+struct mixture_options {
+  std::size_t max_new_tokens = 128;
+  std::vector<std::int32_t> stop_tokens;  // end generation, not emitted
+  sampler_config sampling;                // applied to log p_mix (see the header comment)
+  std::size_t vocab = 0;                  // 0: the shared tokenizer's (or the members' common rows)
+  bool calibrated = true;                 // use member_ref::temperature (else T = 1)
+  session_options session;                // for every member's session
+};
+
+struct mixture_result {
+  std::vector<std::int32_t> tokens;  // generated (a stop token is not among them)
+  std::vector<double> log_probs;     // log p_mix of each token (the mixture's, before the sampler's warpers)
+  stop_reason reason = stop_reason::max_tokens;
+  std::int32_t stop_token = -1;
+  double seconds = 0.0;              // prefill + generation
+};
+
+// The vocabulary members share: options.vocab, else their common tokenizer's size, else
+// (no tokenizers) their common logit-row width. Members with different tokenizers are an
+// error: their ids mean different things (vocabulary alignment handles that case).
+result<std::size_t> shared_vocab(std::span<const member_ref> members, std::size_t requested = 0);
+
+// Generates from sum_i w_i softmax(z_i / T_i): every member of positive weight gets a
+// session prefilled with `prompt`; each step mixes their last rows, samples one token and
+// feeds it to all of them (the last token is not fed: nothing reads its row).
+result<mixture_result> generate_mixture(std::span<const member_ref> members, std::span<const double> weights,
+                                               std::span<const std::int32_t> prompt, const mixture_options& o,
+                                               compute_context& cx);
+
+// Top-1 / top-2 routing: generate_mixture with routing_weights(...).
+result<mixture_result> generate_routed(std::span<const member_ref> members, std::span<const std::size_t> ranked,
+                                              std::span<const double> scores, routing how, router_scores kind,
+                                              std::span<const std::int32_t> prompt, const mixture_options& o,
+                                              compute_context& cx);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE result<std::vector<double>> normalized_weights(std::span<const double> w) {
+  if (w.empty()) return make_error(errc::invalid_argument, "mixture: no members (no weights)");
+  double sum = 0.0;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    if (!std::isfinite(w[i]) || w[i] < 0.0)
+      return make_error(errc::invalid_argument, "mixture: weight ", i, " is ", w[i], "; weights must be finite and >= 0");
+    sum += w[i];
+  }
+  if (!(sum > 0.0)) return make_error(errc::invalid_argument, "mixture: the ", w.size(), " weights sum to 0");
+  std::vector<double> out(w.begin(), w.end());
+  for (double& x : out) x /= sum;
+  return out;
+}
+
+SLM_INLINE status check_temperature(double t, std::size_t member) {
+  if (!std::isfinite(t) || t <= 0.0)
+    return make_error(errc::invalid_argument, "mixture: member ", member, " has temperature ", t,
+                      "; it must be a finite number > 0");
+  return {};
+}
+
+SLM_INLINE status detail::mix::log_softmax(std::span<const float> z, double t, std::size_t member, std::span<double> out) {
+  const std::size_t n = out.size();
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::size_t v = 0; v < n; ++v) {
+    const float x = z[v];
+    if (!(x < std::numeric_limits<float>::infinity()))
+      return make_error(errc::invalid_argument, "mixture: member ", member, " logit ", v, " is ",
+                        std::isnan(x) ? "NaN" : "+infinity");
+    out[v] = static_cast<double>(x) / t;
+    mx = std::max(mx, out[v]);
+  }
+  if (mx == -std::numeric_limits<double>::infinity())
+    return make_error(errc::invalid_argument, "mixture: every logit of member ", member, " is -infinity");
+  double s = 0.0;
+  for (std::size_t v = 0; v < n; ++v) s += std::exp(out[v] - mx);
+  const double lse = mx + std::log(s);
+  for (std::size_t v = 0; v < n; ++v) out[v] -= lse;
+  return {};
+}
+
+SLM_INLINE result<token_mixture> token_mixture::create(std::span<const double> weights, std::span<const double> temperatures,
+                                    std::size_t vocab) {
+  if (vocab == 0) return make_error(errc::invalid_argument, "mixture: a vocabulary of 0 tokens");
+  if (temperatures.size() != weights.size())
+    return make_error(errc::invalid_argument, "mixture: ", weights.size(), " weights but ", temperatures.size(),
+                      " temperatures");
+  auto w = normalized_weights(weights);
+  if (!w.ok()) return std::move(w).take_error();
+  for (std::size_t i = 0; i < temperatures.size(); ++i) SLM_TRY(check_temperature(temperatures[i], i));
+  token_mixture m;
+  m.weights_ = std::move(*w);
+  m.temperatures_.assign(temperatures.begin(), temperatures.end());
+  m.vocab_ = vocab;
+  return m;
+}
+
+SLM_INLINE status token_mixture::mix(std::span<const std::span<const float>> rows, std::span<double> log_p) {
+  if (rows.size() != members())
+    return make_error(errc::invalid_argument, "mixture: ", rows.size(), " logit rows for ", members(), " members");
+  if (log_p.size() != vocab_)
+    return make_error(errc::invalid_argument, "mixture: the output has ", log_p.size(), " entries, the vocabulary ",
+                      vocab_);
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < members(); ++i) {
+    if (weights_[i] == 0.0) continue;
+    if (rows[i].size() < vocab_)
+      return make_error(errc::invalid_argument, "mixture: member ", i, " has a logit row of ", rows[i].size(),
+                        " entries, fewer than the shared vocabulary of ", vocab_);
+    ++live;
+  }
+  member_lp_.resize(live * vocab_);
+  log_w_.clear();
+  for (std::size_t i = 0, k = 0; i < members(); ++i) {
+    if (weights_[i] == 0.0) continue;
+    SLM_TRY(detail::mix::log_softmax(rows[i], temperatures_[i], i,
+                                     std::span<double>(member_lp_).subspan(k * vocab_, vocab_)));
+    log_w_.push_back(std::log(weights_[i]));
+    ++k;
+  }
+  // log p_mix[v] = logsumexp_k (log w_k + lp_k[v])
+  for (std::size_t v = 0; v < vocab_; ++v) {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (std::size_t k = 0; k < live; ++k) mx = std::max(mx, log_w_[k] + member_lp_[k * vocab_ + v]);
+    if (mx == -std::numeric_limits<double>::infinity()) {
+      log_p[v] = mx;
+      continue;
+    }
+    double s = 0.0;
+    for (std::size_t k = 0; k < live; ++k) s += std::exp(log_w_[k] + member_lp_[k * vocab_ + v] - mx);
+    log_p[v] = mx + std::log(s);
+  }
+  return {};
+}
+
+SLM_INLINE status token_mixture::logits(std::span<const std::span<const float>> rows, std::span<double> log_p, std::span<float> out) {
+  if (out.size() != vocab_)
+    return make_error(errc::invalid_argument, "mixture: the logit row has ", out.size(), " entries, the vocabulary ",
+                      vocab_);
+  SLM_TRY(mix(rows, log_p));
+  const double mx = *std::max_element(log_p.begin(), log_p.end());
+  for (std::size_t v = 0; v < vocab_; ++v) out[v] = static_cast<float>(log_p[v] - mx);
+  return {};
+}
+
+SLM_INLINE status heldout_rows::append(const member_model& m, std::span<const std::int32_t> ids, compute_context& cx, std::size_t window) {
+  if (vocab == 0) return make_error(errc::invalid_argument, "heldout_rows: set vocab first");
+  const std::size_t rows = m.vocab();
+  if (rows < vocab)
+    return make_error(errc::invalid_argument, "heldout_rows: the member's logit rows (", rows,
+                      ") are narrower than the vocabulary (", vocab, ")");
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab)
+      return make_error(errc::out_of_range, "heldout_rows: token id ", ids[i], " at index ", i,
+                        " is outside the vocabulary [0, ", vocab, ")");
+  member_session s = m.new_session();
+  if (window == 0 || window > s.max_tokens()) window = s.max_tokens();
+  if (window < 2) return make_error(errc::invalid_argument, "heldout_rows: a window of ", window, " tokens");
+  std::vector<float> buf;
+  for (std::size_t at = 0; at + 1 < ids.size(); at += window - 1) {  // windows overlap by one token
+    const std::size_t len = std::min(window, ids.size() - at);
+    const std::size_t n = len - 1;  // predictions of this window
+    s.reset();
+    buf.resize(n * rows);
+    // [n positions] -> logits [n, rows]: row j follows ids[at + j]
+    SLM_TRY(s.forward(ids.subspan(at, n), n, buf.data(), cx));
+    const std::size_t old = targets.size();
+    logits.resize((old + n) * vocab);
+    for (std::size_t j = 0; j < n; ++j)
+      std::copy_n(buf.data() + j * rows, vocab, logits.data() + (old + j) * vocab);
+    targets.insert(targets.end(), ids.begin() + static_cast<std::ptrdiff_t>(at + 1),
+                   ids.begin() + static_cast<std::ptrdiff_t>(at + len));
+  }
+  return {};
+}
+
+SLM_INLINE double heldout_rows::mean_nll(double t) const {
+  double s = 0.0;
+  for (std::size_t r = 0; r < size(); ++r) s -= log_prob(r, t);
+  return size() ? s / static_cast<double>(size()) : 0.0;
+}
+
+SLM_INLINE double heldout_rows::log_prob(std::size_t r, double t) const {
+  const float* z = logits.data() + r * vocab;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::size_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(z[v]));
+  double s = 0.0;
+  for (std::size_t v = 0; v < vocab; ++v) s += std::exp((static_cast<double>(z[v]) - mx) / t);
+  return (static_cast<double>(z[static_cast<std::size_t>(targets[r])]) - mx) / t - std::log(s);
+}
+
+SLM_INLINE void heldout_rows::target_log_probs(double t, std::size_t member, std::size_t members, std::vector<double>& log_probs) const {
+  log_probs.resize(size() * members);
+  for (std::size_t r = 0; r < size(); ++r) log_probs[r * members + member] = log_prob(r, t);
+}
+
+SLM_INLINE result<temperature_fit> fit_temperature(const heldout_rows& h, double t_min, double t_max) {
   if (h.size() == 0) return make_error(errc::invalid_argument, "fit_temperature: no held-out tokens");
   if (h.logits.size() != h.size() * h.vocab || h.vocab == 0)
     return make_error(errc::invalid_argument, "fit_temperature: ", h.logits.size(), " logits for ", h.size(),
@@ -323,17 +415,8 @@ inline result<temperature_fit> fit_temperature(const heldout_rows& h, double t_m
   return f;
 }
 
-struct weight_fit {
-  std::vector<double> weights;
-  double mean_log_likelihood = 0.0;  // mean_t log sum_i w_i p_i(t), nats / token
-  std::size_t iterations = 0;
-};
-
-// EM for mixture weights: log_probs[t * members + i] = log p_i(token t) (each member's
-// calibrated probability of the held-out token). E step r_ti = w_i p_i(t) / sum_j w_j p_j(t),
-// M step w_i = mean_t r_ti; stops when no weight moves by more than tol.
-inline result<weight_fit> fit_mixture_weights(std::span<const double> log_probs, std::size_t members,
-                                              std::size_t max_iterations = 1000, double tol = 1e-10) {
+SLM_INLINE result<weight_fit> fit_mixture_weights(std::span<const double> log_probs, std::size_t members,
+                                              std::size_t max_iterations, double tol) {
   if (members == 0) return make_error(errc::invalid_argument, "fit_mixture_weights: no members");
   if (log_probs.empty() || log_probs.size() % members != 0)
     return make_error(errc::invalid_argument, "fit_mixture_weights: ", log_probs.size(),
@@ -376,22 +459,9 @@ inline result<weight_fit> fit_mixture_weights(std::span<const double> log_probs,
   return f;
 }
 
-// ---- Routing as weights ----
-
-enum class routing : std::uint8_t { top1, top2 };
-enum class router_scores : std::uint8_t {
-  logits,         // a classifier's logits or log-probabilities, -loss of perplexity routing:
-                  // top-2 weights = softmax of the two scores
-  probabilities,  // scores >= 0: top-2 weights = the two scores / their sum
-};
-
-// Mixture weights over `members` members from a router's ranking: ranked[k] the member
-// index at rank k (best first), scores[k] its score (higher is better). top-1: weight 1 on
-// ranked[0]; top-2: the two best, weighted by their scores as `kind` says; others 0 (and
-// generate_mixture does not run members of weight 0).
-inline result<std::vector<double>> routing_weights(std::size_t members, std::span<const std::size_t> ranked,
+SLM_INLINE result<std::vector<double>> routing_weights(std::size_t members, std::span<const std::size_t> ranked,
                                                    std::span<const double> scores, routing r,
-                                                   router_scores kind = router_scores::logits) {
+                                                   router_scores kind) {
   const std::size_t need = r == routing::top1 ? 1 : 2;
   if (ranked.size() < need || scores.size() != ranked.size())
     return make_error(errc::invalid_argument, "routing: ", ranked.size(), " ranked members and ", scores.size(),
@@ -419,29 +489,7 @@ inline result<std::vector<double>> routing_weights(std::size_t members, std::spa
   return w;
 }
 
-// ---- Generation from the mixture ----
-
-struct mixture_options {
-  std::size_t max_new_tokens = 128;
-  std::vector<std::int32_t> stop_tokens;  // end generation, not emitted
-  sampler_config sampling;                // applied to log p_mix (see the header comment)
-  std::size_t vocab = 0;                  // 0: the shared tokenizer's (or the members' common rows)
-  bool calibrated = true;                 // use member_ref::temperature (else T = 1)
-  session_options session;                // for every member's session
-};
-
-struct mixture_result {
-  std::vector<std::int32_t> tokens;  // generated (a stop token is not among them)
-  std::vector<double> log_probs;     // log p_mix of each token (the mixture's, before the sampler's warpers)
-  stop_reason reason = stop_reason::max_tokens;
-  std::int32_t stop_token = -1;
-  double seconds = 0.0;              // prefill + generation
-};
-
-// The vocabulary members share: options.vocab, else their common tokenizer's size, else
-// (no tokenizers) their common logit-row width. Members with different tokenizers are an
-// error: their ids mean different things (vocabulary alignment handles that case).
-inline result<std::size_t> shared_vocab(std::span<const member_ref> members, std::size_t requested = 0) {
+SLM_INLINE result<std::size_t> shared_vocab(std::span<const member_ref> members, std::size_t requested) {
   if (members.empty()) return make_error(errc::invalid_argument, "mixture: no members");
   const tokenizer* tok = nullptr;
   for (std::size_t i = 0; i < members.size(); ++i) {
@@ -468,10 +516,7 @@ inline result<std::size_t> shared_vocab(std::span<const member_ref> members, std
   return vocab;
 }
 
-// Generates from sum_i w_i softmax(z_i / T_i): every member of positive weight gets a
-// session prefilled with `prompt`; each step mixes their last rows, samples one token and
-// feeds it to all of them (the last token is not fed: nothing reads its row).
-inline result<mixture_result> generate_mixture(std::span<const member_ref> members, std::span<const double> weights,
+SLM_INLINE result<mixture_result> generate_mixture(std::span<const member_ref> members, std::span<const double> weights,
                                                std::span<const std::int32_t> prompt, const mixture_options& o,
                                                compute_context& cx) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -554,8 +599,7 @@ inline result<mixture_result> generate_mixture(std::span<const member_ref> membe
   return r;
 }
 
-// Top-1 / top-2 routing: generate_mixture with routing_weights(...).
-inline result<mixture_result> generate_routed(std::span<const member_ref> members, std::span<const std::size_t> ranked,
+SLM_INLINE result<mixture_result> generate_routed(std::span<const member_ref> members, std::span<const std::size_t> ranked,
                                               std::span<const double> scores, routing how, router_scores kind,
                                               std::span<const std::int32_t> prompt, const mixture_options& o,
                                               compute_context& cx) {
@@ -563,5 +607,7 @@ inline result<mixture_result> generate_routed(std::span<const member_ref> member
   if (!w.ok()) return std::move(w).take_error();
   return generate_mixture(members, *w, prompt, o, cx);
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

@@ -60,7 +60,15 @@ struct refine_result {
   double seconds = 0;         // all of it: draft, review, rewrite and the final scores
 };
 
-inline status validate(const refine_options& o) {
+status validate(const refine_options& o);
+
+result<refine_result> refine(const member_ref& drafter, const member_ref& reviewer, std::string_view prompt,
+                                    const refine_options& o, compute_context& cx);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE status validate(const refine_options& o) {
   if (!(o.min_token_prob >= 0.0 && o.min_token_prob <= 1.0))
     return make_error(errc::invalid_argument, "refine_options: min_token_prob ", o.min_token_prob,
                       " must be in [0, 1] (0: accept every token)");
@@ -72,7 +80,7 @@ inline status validate(const refine_options& o) {
   return {};
 }
 
-inline result<refine_result> refine(const member_ref& drafter, const member_ref& reviewer, std::string_view prompt,
+SLM_INLINE result<refine_result> refine(const member_ref& drafter, const member_ref& reviewer, std::string_view prompt,
                                     const refine_options& o, compute_context& cx) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
@@ -162,5 +170,7 @@ inline result<refine_result> refine(const member_ref& drafter, const member_ref&
   r.seconds = since(t0);
   return r;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

@@ -72,27 +72,7 @@ class registry {
  public:
   // Reads file sizes (no loading). budget_bytes 0 = unlimited.
   static result<registry> create(std::vector<member_spec> members, std::uint64_t budget_bytes,
-                                 const checkpoint_options& opt = {}) {
-    auto st = std::make_unique<state>();
-    st->budget = budget_bytes;
-    st->opt = opt;
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      entry e;
-      e.spec = std::move(members[i]);
-      for (std::size_t j = 0; j < i; ++j)
-        if (st->entries[j].spec.name == e.spec.name)
-          return make_error(errc::invalid_argument, "registry: two members are called '", e.spec.name, "'");
-      auto wb = member_model::weight_file_bytes(e.spec.dir);
-      if (!wb.ok()) return std::move(wb).take_error().with_context(cat("member '", e.spec.name, "'"));
-      e.weight_bytes = *wb;
-      auto key = tokenizer_key(e.spec);
-      if (!key.ok()) return std::move(key).take_error().with_context(cat("member '", e.spec.name, "'"));
-      e.tokenizer_key = std::move(key->first);
-      e.tokenizer_bytes = key->second;
-      st->entries.push_back(std::move(e));
-    }
-    return registry(std::move(st));
-  }
+                                 const checkpoint_options& opt = {});
 
   static result<registry> from_config(const ensemble_config& cfg, const checkpoint_options& opt = {}) {
     return create(cfg.members, cfg.memory_budget_bytes, opt);
@@ -112,61 +92,13 @@ class registry {
   }
 
   // Member i, loading it (and unloading least-recently-used unpinned members) if needed.
-  result<std::shared_ptr<const loaded_member>> acquire(std::size_t i) {
-    state& s = *s_;
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (i >= s.entries.size())
-      return make_error(errc::out_of_range, "registry: member index ", i, " (there are ", s.entries.size(), ")");
-    entry& e = s.entries[i];
-    e.last_use = ++s.clock;
-    if (e.loaded) {
-      ++s.hits;
-      return std::shared_ptr<const loaded_member>(e.loaded);
-    }
-    auto victims = plan_eviction(s, i);
-    if (!victims.ok()) return std::move(victims).take_error();
-    for (std::size_t v : *victims) {
-      s.entries[v].loaded.reset();
-      ++s.evictions;
-    }
-    auto tok = shared_tokenizer(s, e);
-    if (!tok.ok()) return std::move(tok).take_error().with_context(cat("member '", e.spec.name, "'"));
-    auto m = member_model::load(e.spec.dir, s.opt);
-    if (!m.ok()) return std::move(m).take_error().with_context(cat("member '", e.spec.name, "'"));
-    e.loaded = std::make_shared<loaded_member>(loaded_member{e.spec, std::move(*m), std::move(*tok), e.weight_bytes});
-    ++s.loads;
-    return std::shared_ptr<const loaded_member>(e.loaded);
-  }
-  result<std::shared_ptr<const loaded_member>> acquire(std::string_view name) {
-    auto i = find(name);
-    if (!i) return make_error(errc::not_found, "registry: no member is called '", name, "'");
-    return acquire(*i);
-  }
+  result<std::shared_ptr<const loaded_member>> acquire(std::size_t i);
+  result<std::shared_ptr<const loaded_member>> acquire(std::string_view name);
 
   // Unloads every resident member nobody holds; returns how many.
-  std::size_t trim() {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    std::size_t n = 0;
-    for (entry& e : s_->entries)
-      if (e.loaded && e.loaded.use_count() == 1) {
-        e.loaded.reset();
-        ++s_->evictions;
-        ++n;
-      }
-    return n;
-  }
+  std::size_t trim();
 
-  registry_stats stats() const {
-    std::lock_guard<std::mutex> lock(s_->mu);
-    registry_stats r;
-    r.budget_bytes = s_->budget;
-    r.resident_lru = resident_lru(*s_);
-    r.resident_bytes = bytes_of(*s_, r.resident_lru);
-    r.loads = s_->loads;
-    r.evictions = s_->evictions;
-    r.hits = s_->hits;
-    return r;
-  }
+  registry_stats stats() const;
 
   // What `slm inspect` prints for an ensemble: each member's bytes from file sizes (no
   // loading), the total against the budget, then nam56r_ensemble_arithmetic().
@@ -193,79 +125,17 @@ class registry {
   // The tokenizer file a member uses, canonical (symlinks resolved), plus its
   // tokenizer_config.json when the default (directory) tokenizer has one: load_dir reads
   // it, so two directories share a tokenizer only if both files are the same.
-  static result<std::pair<std::string, std::uint64_t>> tokenizer_key(const member_spec& m) {
-    std::error_code ec;
-    const auto file = m.tokenizer.empty() ? m.dir / "tokenizer.json" : m.tokenizer;
-    const auto canon = std::filesystem::canonical(file, ec);
-    if (ec) return make_error(errc::not_found, file.string(), ": ", ec.message());
-    const auto bytes = std::filesystem::file_size(canon, ec);
-    if (ec) return make_error(errc::io_error, canon.string(), ": ", ec.message());
-    std::string key = canon.string();
-    if (m.tokenizer.empty() && std::filesystem::exists(m.dir / "tokenizer_config.json", ec)) {
-      const auto cfg = std::filesystem::canonical(m.dir / "tokenizer_config.json", ec);
-      if (!ec) key += "\n" + cfg.string();
-    }
-    return std::pair<std::string, std::uint64_t>(std::move(key), bytes);
-  }
+  static result<std::pair<std::string, std::uint64_t>> tokenizer_key(const member_spec& m);
 
-  static result<std::shared_ptr<const tokenizer>> shared_tokenizer(state& s, const entry& e) {
-    std::weak_ptr<const tokenizer>& slot = s.tokenizers[e.tokenizer_key];
-    if (auto t = slot.lock()) return t;
-    auto t = e.spec.tokenizer.empty() ? tokenizer::load_dir(e.spec.dir) : tokenizer::load(e.spec.tokenizer);
-    if (!t.ok()) return std::move(t).take_error();
-    auto p = std::make_shared<const tokenizer>(std::move(*t));
-    slot = p;
-    return std::shared_ptr<const tokenizer>(std::move(p));
-  }
+  static result<std::shared_ptr<const tokenizer>> shared_tokenizer(state& s, const entry& e);
 
-  static std::vector<std::size_t> resident_lru(const state& s) {
-    std::vector<std::size_t> r;
-    for (std::size_t i = 0; i < s.entries.size(); ++i)
-      if (s.entries[i].loaded) r.push_back(i);
-    std::sort(r.begin(), r.end(), [&](std::size_t a, std::size_t b) { return s.entries[a].last_use < s.entries[b].last_use; });
-    return r;
-  }
+  static std::vector<std::size_t> resident_lru(const state& s);
 
   // Bytes of a set of members: their weights + each distinct tokenizer once.
-  static std::uint64_t bytes_of(const state& s, const std::vector<std::size_t>& set) {
-    std::uint64_t total = 0;
-    for (std::size_t k = 0; k < set.size(); ++k) {
-      const entry& e = s.entries[set[k]];
-      total += e.weight_bytes;
-      bool seen = false;
-      for (std::size_t j = 0; j < k && !seen; ++j) seen = s.entries[set[j]].tokenizer_key == e.tokenizer_key;
-      if (!seen) total += e.tokenizer_bytes;
-    }
-    return total;
-  }
+  static std::uint64_t bytes_of(const state& s, const std::vector<std::size_t>& set);
 
   // The members to unload (least recently used first) so that member i fits, or the error.
-  static result<std::vector<std::size_t>> plan_eviction(const state& s, std::size_t i) {
-    std::vector<std::size_t> victims;
-    if (s.budget == 0) return victims;
-    const std::vector<std::size_t> lru = resident_lru(s);
-    std::vector<std::size_t> keep = lru;
-    keep.push_back(i);
-    if (bytes_of(s, {i}) > s.budget)
-      return make_error(errc::out_of_memory, "registry: member '", s.entries[i].spec.name, "' needs ",
-                        bytes_of(s, {i}), " bytes (weights ", s.entries[i].weight_bytes, " + tokenizer ",
-                        s.entries[i].tokenizer_bytes, "), more than the whole memory budget of ", s.budget, " bytes");
-    for (std::size_t v : lru) {
-      if (bytes_of(s, keep) <= s.budget) break;
-      if (s.entries[v].loaded.use_count() != 1) continue;  // pinned by a caller
-      victims.push_back(v);
-      keep.erase(std::find(keep.begin(), keep.end(), v));
-    }
-    if (bytes_of(s, keep) <= s.budget) return victims;
-    std::string pinned;
-    for (std::size_t v : lru)
-      if (s.entries[v].loaded.use_count() != 1)
-        pinned += cat(pinned.empty() ? "" : ", ", "'", s.entries[v].spec.name, "' (", s.entries[v].weight_bytes, " bytes)");
-    return make_error(errc::out_of_memory, "registry: member '", s.entries[i].spec.name, "' needs ", bytes_of(s, {i}),
-                      " bytes; the memory budget is ", s.budget, " bytes and ", bytes_of(s, lru),
-                      " are resident, of which these members are in use and cannot be unloaded: ",
-                      pinned.empty() ? std::string("(none)") : pinned);
-  }
+  static result<std::vector<std::size_t>> plan_eviction(const state& s, std::size_t i);
 
   std::unique_ptr<state> s_;
 };
@@ -297,7 +167,167 @@ struct nam56r_param_count {
   std::uint64_t mtp() const noexcept { return mtp_linear + mtp_kept; }
 };
 
-inline nam56r_param_count count_nam56r_params(const nam56r_dims& x = {}) {
+nam56r_param_count count_nam56r_params(const nam56r_dims& x = {});
+
+// The lines `slm inspect` prints: eight specialists of NAM56R's size, in NVFP4.
+std::vector<std::string> nam56r_ensemble_arithmetic();
+
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE result<registry> registry::create(std::vector<member_spec> members, std::uint64_t budget_bytes,
+                               const checkpoint_options& opt) {
+  auto st = std::make_unique<state>();
+  st->budget = budget_bytes;
+  st->opt = opt;
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    entry e;
+    e.spec = std::move(members[i]);
+    for (std::size_t j = 0; j < i; ++j)
+      if (st->entries[j].spec.name == e.spec.name)
+        return make_error(errc::invalid_argument, "registry: two members are called '", e.spec.name, "'");
+    auto wb = member_model::weight_file_bytes(e.spec.dir);
+    if (!wb.ok()) return std::move(wb).take_error().with_context(cat("member '", e.spec.name, "'"));
+    e.weight_bytes = *wb;
+    auto key = tokenizer_key(e.spec);
+    if (!key.ok()) return std::move(key).take_error().with_context(cat("member '", e.spec.name, "'"));
+    e.tokenizer_key = std::move(key->first);
+    e.tokenizer_bytes = key->second;
+    st->entries.push_back(std::move(e));
+  }
+  return registry(std::move(st));
+}
+
+SLM_INLINE result<std::shared_ptr<const loaded_member>> registry::acquire(std::size_t i) {
+  state& s = *s_;
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (i >= s.entries.size())
+    return make_error(errc::out_of_range, "registry: member index ", i, " (there are ", s.entries.size(), ")");
+  entry& e = s.entries[i];
+  e.last_use = ++s.clock;
+  if (e.loaded) {
+    ++s.hits;
+    return std::shared_ptr<const loaded_member>(e.loaded);
+  }
+  auto victims = plan_eviction(s, i);
+  if (!victims.ok()) return std::move(victims).take_error();
+  for (std::size_t v : *victims) {
+    s.entries[v].loaded.reset();
+    ++s.evictions;
+  }
+  auto tok = shared_tokenizer(s, e);
+  if (!tok.ok()) return std::move(tok).take_error().with_context(cat("member '", e.spec.name, "'"));
+  auto m = member_model::load(e.spec.dir, s.opt);
+  if (!m.ok()) return std::move(m).take_error().with_context(cat("member '", e.spec.name, "'"));
+  e.loaded = std::make_shared<loaded_member>(loaded_member{e.spec, std::move(*m), std::move(*tok), e.weight_bytes});
+  ++s.loads;
+  return std::shared_ptr<const loaded_member>(e.loaded);
+}
+
+SLM_INLINE result<std::shared_ptr<const loaded_member>> registry::acquire(std::string_view name) {
+  auto i = find(name);
+  if (!i) return make_error(errc::not_found, "registry: no member is called '", name, "'");
+  return acquire(*i);
+}
+
+SLM_INLINE std::size_t registry::trim() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  std::size_t n = 0;
+  for (entry& e : s_->entries)
+    if (e.loaded && e.loaded.use_count() == 1) {
+      e.loaded.reset();
+      ++s_->evictions;
+      ++n;
+    }
+  return n;
+}
+
+SLM_INLINE registry_stats registry::stats() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  registry_stats r;
+  r.budget_bytes = s_->budget;
+  r.resident_lru = resident_lru(*s_);
+  r.resident_bytes = bytes_of(*s_, r.resident_lru);
+  r.loads = s_->loads;
+  r.evictions = s_->evictions;
+  r.hits = s_->hits;
+  return r;
+}
+
+SLM_INLINE result<std::pair<std::string, std::uint64_t>> registry::tokenizer_key(const member_spec& m) {
+  std::error_code ec;
+  const auto file = m.tokenizer.empty() ? m.dir / "tokenizer.json" : m.tokenizer;
+  const auto canon = std::filesystem::canonical(file, ec);
+  if (ec) return make_error(errc::not_found, file.string(), ": ", ec.message());
+  const auto bytes = std::filesystem::file_size(canon, ec);
+  if (ec) return make_error(errc::io_error, canon.string(), ": ", ec.message());
+  std::string key = canon.string();
+  if (m.tokenizer.empty() && std::filesystem::exists(m.dir / "tokenizer_config.json", ec)) {
+    const auto cfg = std::filesystem::canonical(m.dir / "tokenizer_config.json", ec);
+    if (!ec) key += "\n" + cfg.string();
+  }
+  return std::pair<std::string, std::uint64_t>(std::move(key), bytes);
+}
+
+SLM_INLINE result<std::shared_ptr<const tokenizer>> registry::shared_tokenizer(state& s, const entry& e) {
+  std::weak_ptr<const tokenizer>& slot = s.tokenizers[e.tokenizer_key];
+  if (auto t = slot.lock()) return t;
+  auto t = e.spec.tokenizer.empty() ? tokenizer::load_dir(e.spec.dir) : tokenizer::load(e.spec.tokenizer);
+  if (!t.ok()) return std::move(t).take_error();
+  auto p = std::make_shared<const tokenizer>(std::move(*t));
+  slot = p;
+  return std::shared_ptr<const tokenizer>(std::move(p));
+}
+
+SLM_INLINE std::vector<std::size_t> registry::resident_lru(const state& s) {
+  std::vector<std::size_t> r;
+  for (std::size_t i = 0; i < s.entries.size(); ++i)
+    if (s.entries[i].loaded) r.push_back(i);
+  std::sort(r.begin(), r.end(), [&](std::size_t a, std::size_t b) { return s.entries[a].last_use < s.entries[b].last_use; });
+  return r;
+}
+
+SLM_INLINE std::uint64_t registry::bytes_of(const state& s, const std::vector<std::size_t>& set) {
+  std::uint64_t total = 0;
+  for (std::size_t k = 0; k < set.size(); ++k) {
+    const entry& e = s.entries[set[k]];
+    total += e.weight_bytes;
+    bool seen = false;
+    for (std::size_t j = 0; j < k && !seen; ++j) seen = s.entries[set[j]].tokenizer_key == e.tokenizer_key;
+    if (!seen) total += e.tokenizer_bytes;
+  }
+  return total;
+}
+
+SLM_INLINE result<std::vector<std::size_t>> registry::plan_eviction(const state& s, std::size_t i) {
+  std::vector<std::size_t> victims;
+  if (s.budget == 0) return victims;
+  const std::vector<std::size_t> lru = resident_lru(s);
+  std::vector<std::size_t> keep = lru;
+  keep.push_back(i);
+  if (bytes_of(s, {i}) > s.budget)
+    return make_error(errc::out_of_memory, "registry: member '", s.entries[i].spec.name, "' needs ",
+                      bytes_of(s, {i}), " bytes (weights ", s.entries[i].weight_bytes, " + tokenizer ",
+                      s.entries[i].tokenizer_bytes, "), more than the whole memory budget of ", s.budget, " bytes");
+  for (std::size_t v : lru) {
+    if (bytes_of(s, keep) <= s.budget) break;
+    if (s.entries[v].loaded.use_count() != 1) continue;  // pinned by a caller
+    victims.push_back(v);
+    keep.erase(std::find(keep.begin(), keep.end(), v));
+  }
+  if (bytes_of(s, keep) <= s.budget) return victims;
+  std::string pinned;
+  for (std::size_t v : lru)
+    if (s.entries[v].loaded.use_count() != 1)
+      pinned += cat(pinned.empty() ? "" : ", ", "'", s.entries[v].spec.name, "' (", s.entries[v].weight_bytes, " bytes)");
+  return make_error(errc::out_of_memory, "registry: member '", s.entries[i].spec.name, "' needs ", bytes_of(s, {i}),
+                    " bytes; the memory budget is ", s.budget, " bytes and ", bytes_of(s, lru),
+                    " are resident, of which these members are in use and cannot be unloaded: ",
+                    pinned.empty() ? std::string("(none)") : pinned);
+}
+
+SLM_INLINE nam56r_param_count count_nam56r_params(const nam56r_dims& x) {
   nam56r_param_count c;
   const std::uint64_t d = x.d;
   // MLA: q_down [q_lora, d], q_up [H (nope+rope), q_lora], kv_down [kv_lora+rope, d],
@@ -336,8 +366,7 @@ inline nam56r_param_count count_nam56r_params(const nam56r_dims& x = {}) {
   return c;
 }
 
-// The lines `slm inspect` prints: eight specialists of NAM56R's size, in NVFP4.
-inline std::vector<std::string> nam56r_ensemble_arithmetic() {
+SLM_INLINE std::vector<std::string> nam56r_ensemble_arithmetic() {
   const nam56r_dims x;
   const nam56r_param_count c = count_nam56r_params(x);
   auto gb = [](double bytes) {
@@ -377,7 +406,8 @@ inline std::vector<std::string> nam56r_ensemble_arithmetic() {
   return out;
 }
 
-inline std::vector<std::string> registry::inspect() const {
+
+SLM_INLINE std::vector<std::string> registry::inspect() const {
   std::vector<std::string> out;
   const state& s = *s_;
   std::uint64_t weights = 0;
@@ -407,5 +437,7 @@ inline std::vector<std::string> registry::inspect() const {
   for (std::string& l : nam56r_ensemble_arithmetic()) out.push_back(std::move(l));
   return out;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

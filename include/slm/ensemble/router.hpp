@@ -6,14 +6,20 @@
 //   rules_router       (router_rules.hpp)      file name, extension, shebang, content cues
 //   classifier_router  (router_classifier.hpp) logistic regression over hashed byte n-grams
 //   perplexity_router  (this header)            the prompt's bits per byte under each member
-// Including this header brings all three (the other two include it back for the shared
-// types; #pragma once makes either include order work).
+// Including this header brings all three. The other two include only its first part, the
+// shared types (route_request, route_decision, the router concept): that part has its own
+// include guard, and the rest -- the perplexity router, which reaches every model family
+// through member.hpp -- is skipped while SLM_ENSEMBLE_ROUTER_TYPES_ONLY is defined, so a
+// file that needs only the rules or the classifier router does not parse the models.
+// Either include order works.
 //
 //   auto r = slm::ensemble::rules_router::with_defaults({"cpp", "cmake", "shell"});
 //   auto d = r->route({.text = prompt, .file_name = "CMakeLists.txt"});  // result<route_decision>
 //   members[d->ranking[0]] ...                                              // d->reason: why
-#pragma once
 #include "slm/build_mode.hpp"
+
+#ifndef SLM_ENSEMBLE_ROUTER_TYPES_HPP_
+#define SLM_ENSEMBLE_ROUTER_TYPES_HPP_
 
 #include <algorithm>
 #include <cmath>
@@ -25,12 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "slm/buffer.hpp"
-#include "slm/ensemble/member.hpp"
-#include "slm/linear.hpp"
-#include "slm/parallel.hpp"
 #include "slm/status.hpp"
-#include "slm/tokenizer.hpp"
 
 namespace slm::ensemble {
 
@@ -53,15 +54,22 @@ concept router = requires(const R& r, const route_request& q) {
 };
 
 // Label indices by descending score; ties keep label order (the first label wins).
-inline std::vector<std::size_t> rank_by_score(std::span<const double> scores) {
+std::vector<std::size_t> rank_by_score(std::span<const double> scores);
+
+// Labels a router is built over: at least one, none empty, no duplicates.
+status check_labels(std::span<const std::string> labels);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE std::vector<std::size_t> rank_by_score(std::span<const double> scores) {
   std::vector<std::size_t> order(scores.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return scores[a] > scores[b]; });
   return order;
 }
 
-// Labels a router is built over: at least one, none empty, no duplicates.
-inline status check_labels(std::span<const std::string> labels) {
+SLM_INLINE status check_labels(std::span<const std::string> labels) {
   if (labels.empty()) return make_error(errc::invalid_argument, "router: no labels");
   for (std::size_t i = 0; i < labels.size(); ++i) {
     if (labels[i].empty()) return make_error(errc::invalid_argument, "router: label ", i, " is empty");
@@ -71,15 +79,26 @@ inline status check_labels(std::span<const std::string> labels) {
   return {};
 }
 
+#endif  // SLM_DEFINE_ENSEMBLE
+
+}  // namespace slm::ensemble
+
+#endif  // SLM_ENSEMBLE_ROUTER_TYPES_HPP_
+
+#if !defined(SLM_ENSEMBLE_ROUTER_TYPES_ONLY) && !defined(SLM_ENSEMBLE_ROUTER_HPP_)
+#define SLM_ENSEMBLE_ROUTER_HPP_
+
+#include "slm/buffer.hpp"
+#include "slm/ensemble/member.hpp"
+#include "slm/linear.hpp"
+#include "slm/parallel.hpp"
+#include "slm/tokenizer.hpp"
+
+namespace slm::ensemble {
+
 // -log softmax(scale * logits)[target] in nats, in double: log-sum-exp of the row (max
 // subtracted first) minus the target's logit. scale = 1 / temperature.
-inline double row_nll(std::span<const float> logits, std::int32_t target, double scale = 1.0) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, scale * static_cast<double>(v));
-  double sum = 0;
-  for (float v : logits) sum += std::exp(scale * static_cast<double>(v) - mx);
-  return mx + std::log(sum) - scale * static_cast<double>(logits[static_cast<std::size_t>(target)]);
-}
+double row_nll(std::span<const float> logits, std::int32_t target, double scale = 1.0);
 
 // ---------------------------------------------------------------------------------------
 // perplexity_router: score the prompt under each member, prefill only, and prefer the one
@@ -97,20 +116,7 @@ class perplexity_router {
   // the router. route() builds a compute_context over `ex` per call, so a router may be
   // shared by threads when its executor may be (thread_pool, serial_executor per thread).
   static result<perplexity_router> create(std::vector<std::string> labels, std::span<const member_ref> members,
-                                          executor_ref ex, perplexity_options opt = {}) {
-    SLM_TRY(check_labels(labels));
-    if (members.size() != labels.size())
-      return make_error(errc::invalid_argument, "perplexity_router: ", members.size(), " members for ", labels.size(), " labels");
-    for (std::size_t i = 0; i < members.size(); ++i) {
-      if (!members[i].model || !members[i].tok)
-        return make_error(errc::invalid_argument, "perplexity_router: member ", i, " (", labels[i], ") has no model or tokenizer");
-      if (!(members[i].temperature > 0.0f) || !std::isfinite(members[i].temperature))
-        return make_error(errc::invalid_argument, "perplexity_router: member ", i, " temperature ", members[i].temperature, " is not positive");
-    }
-    if (opt.max_tokens < 2 || opt.chunk_rows == 0)
-      return make_error(errc::invalid_argument, "perplexity_router: max_tokens must be >= 2 and chunk_rows >= 1");
-    return perplexity_router(std::move(labels), members, ex, opt);
-  }
+                                          executor_ref ex, perplexity_options opt = {});
 
   std::span<const std::string> labels() const noexcept { return labels_; }
 
@@ -119,57 +125,10 @@ class perplexity_router {
     return route(q, cx);
   }
 
-  result<route_decision> route(const route_request& q, compute_context& cx) const {
-    route_decision d;
-    d.reason = "perplexity, bits/byte:";
-    for (std::size_t i = 0; i < members_.size(); ++i) {
-      auto bpb = bits_per_byte(members_[i], q.text, cx);
-      if (!bpb.ok()) return std::move(bpb).take_error().with_context(cat("perplexity_router: member '", labels_[i], "'"));
-      d.scores.push_back(-*bpb);
-      char buf[32];
-      const auto r = std::to_chars(buf, buf + sizeof buf, *bpb, std::chars_format::fixed, 3);
-      d.reason += cat(" ", labels_[i], " ", std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
-    }
-    d.ranking = rank_by_score(d.scores);
-    return d;
-  }
+  result<route_decision> route(const route_request& q, compute_context& cx) const;
 
   // Bits per byte of the text's tokens 1..T-1 (of its last max_tokens) under one member.
-  result<double> bits_per_byte(const member_ref& m, std::string_view text, compute_context& cx) const {
-    auto enc = m.tok->encode(text, encode_options{.add_special_tokens = true, .parse_special = false});
-    if (!enc.ok()) return std::move(enc).take_error();
-    std::vector<std::int32_t> ids = std::move(*enc);
-    if (ids.size() > opt_.max_tokens) {  // keep a leading special token (BOS) as the context's start
-      const bool keep_first = m.tok->is_special(ids.front());
-      std::vector<std::int32_t> tail;
-      if (keep_first) tail.push_back(ids.front());
-      tail.insert(tail.end(), ids.end() - static_cast<std::ptrdiff_t>(opt_.max_tokens - tail.size()), ids.end());
-      ids = std::move(tail);
-    }
-    if (ids.size() < 2) return make_error(errc::invalid_argument, "text of ", text.size(), " bytes has fewer than 2 tokens to score");
-    auto scored = m.tok->decode(std::span<const std::int32_t>(ids).subspan(1));
-    if (!scored.ok()) return std::move(scored).take_error();
-    if (scored->empty()) return make_error(errc::invalid_argument, "the scored tokens decode to no bytes");
-    const std::size_t vocab = m.model->vocab();
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
-        return make_error(errc::out_of_range, "token id ", ids[t], " at ", t, " outside the model's vocabulary of ", vocab);
-    member_session s = m.model->new_session();
-    if (ids.size() > s.max_tokens())
-      return make_error(errc::out_of_range, ids.size(), " tokens exceed the member's context of ", s.max_tokens());
-    floats logits;
-    SLM_TRY(logits.resize(std::min(opt_.chunk_rows, ids.size()) * vocab));
-    const double scale = 1.0 / static_cast<double>(m.temperature);
-    double nats = 0;
-    for (std::size_t lo = 0; lo < ids.size(); lo += opt_.chunk_rows) {
-      const std::size_t rows = std::min(opt_.chunk_rows, ids.size() - lo);
-      // [rows] new tokens -> logits [rows, vocab]; row r predicts ids[lo + r + 1]
-      SLM_TRY(s.forward(std::span<const std::int32_t>(ids).subspan(lo, rows), rows, logits.data(), cx));
-      for (std::size_t r = 0; r < rows && lo + r + 1 < ids.size(); ++r)
-        nats += row_nll(std::span<const float>(logits.data() + r * vocab, vocab), ids[lo + r + 1], scale);
-    }
-    return nats / std::log(2.0) / static_cast<double>(scored->size());
-  }
+  result<double> bits_per_byte(const member_ref& m, std::string_view text, compute_context& cx) const;
 
  private:
   perplexity_router(std::vector<std::string> labels, std::span<const member_ref> members, executor_ref ex, perplexity_options opt)
@@ -182,7 +141,89 @@ class perplexity_router {
 
 static_assert(router<perplexity_router>);
 
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE double row_nll(std::span<const float> logits, std::int32_t target, double scale) {
+  double mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, scale * static_cast<double>(v));
+  double sum = 0;
+  for (float v : logits) sum += std::exp(scale * static_cast<double>(v) - mx);
+  return mx + std::log(sum) - scale * static_cast<double>(logits[static_cast<std::size_t>(target)]);
+}
+
+SLM_INLINE result<perplexity_router> perplexity_router::create(std::vector<std::string> labels, std::span<const member_ref> members,
+                                        executor_ref ex, perplexity_options opt) {
+  SLM_TRY(check_labels(labels));
+  if (members.size() != labels.size())
+    return make_error(errc::invalid_argument, "perplexity_router: ", members.size(), " members for ", labels.size(), " labels");
+  for (std::size_t i = 0; i < members.size(); ++i) {
+    if (!members[i].model || !members[i].tok)
+      return make_error(errc::invalid_argument, "perplexity_router: member ", i, " (", labels[i], ") has no model or tokenizer");
+    if (!(members[i].temperature > 0.0f) || !std::isfinite(members[i].temperature))
+      return make_error(errc::invalid_argument, "perplexity_router: member ", i, " temperature ", members[i].temperature, " is not positive");
+  }
+  if (opt.max_tokens < 2 || opt.chunk_rows == 0)
+    return make_error(errc::invalid_argument, "perplexity_router: max_tokens must be >= 2 and chunk_rows >= 1");
+  return perplexity_router(std::move(labels), members, ex, opt);
+}
+
+SLM_INLINE result<route_decision> perplexity_router::route(const route_request& q, compute_context& cx) const {
+  route_decision d;
+  d.reason = "perplexity, bits/byte:";
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    auto bpb = bits_per_byte(members_[i], q.text, cx);
+    if (!bpb.ok()) return std::move(bpb).take_error().with_context(cat("perplexity_router: member '", labels_[i], "'"));
+    d.scores.push_back(-*bpb);
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, *bpb, std::chars_format::fixed, 3);
+    d.reason += cat(" ", labels_[i], " ", std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
+  }
+  d.ranking = rank_by_score(d.scores);
+  return d;
+}
+
+SLM_INLINE result<double> perplexity_router::bits_per_byte(const member_ref& m, std::string_view text, compute_context& cx) const {
+  auto enc = m.tok->encode(text, encode_options{.add_special_tokens = true, .parse_special = false});
+  if (!enc.ok()) return std::move(enc).take_error();
+  std::vector<std::int32_t> ids = std::move(*enc);
+  if (ids.size() > opt_.max_tokens) {  // keep a leading special token (BOS) as the context's start
+    const bool keep_first = m.tok->is_special(ids.front());
+    std::vector<std::int32_t> tail;
+    if (keep_first) tail.push_back(ids.front());
+    tail.insert(tail.end(), ids.end() - static_cast<std::ptrdiff_t>(opt_.max_tokens - tail.size()), ids.end());
+    ids = std::move(tail);
+  }
+  if (ids.size() < 2) return make_error(errc::invalid_argument, "text of ", text.size(), " bytes has fewer than 2 tokens to score");
+  auto scored = m.tok->decode(std::span<const std::int32_t>(ids).subspan(1));
+  if (!scored.ok()) return std::move(scored).take_error();
+  if (scored->empty()) return make_error(errc::invalid_argument, "the scored tokens decode to no bytes");
+  const std::size_t vocab = m.model->vocab();
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
+      return make_error(errc::out_of_range, "token id ", ids[t], " at ", t, " outside the model's vocabulary of ", vocab);
+  member_session s = m.model->new_session();
+  if (ids.size() > s.max_tokens())
+    return make_error(errc::out_of_range, ids.size(), " tokens exceed the member's context of ", s.max_tokens());
+  floats logits;
+  SLM_TRY(logits.resize(std::min(opt_.chunk_rows, ids.size()) * vocab));
+  const double scale = 1.0 / static_cast<double>(m.temperature);
+  double nats = 0;
+  for (std::size_t lo = 0; lo < ids.size(); lo += opt_.chunk_rows) {
+    const std::size_t rows = std::min(opt_.chunk_rows, ids.size() - lo);
+    // [rows] new tokens -> logits [rows, vocab]; row r predicts ids[lo + r + 1]
+    SLM_TRY(s.forward(std::span<const std::int32_t>(ids).subspan(lo, rows), rows, logits.data(), cx));
+    for (std::size_t r = 0; r < rows && lo + r + 1 < ids.size(); ++r)
+      nats += row_nll(std::span<const float>(logits.data() + r * vocab, vocab), ids[lo + r + 1], scale);
+  }
+  return nats / std::log(2.0) / static_cast<double>(scored->size());
+}
+
+#endif  // SLM_DEFINE_ENSEMBLE
+
 }  // namespace slm::ensemble
 
 #include "slm/ensemble/router_classifier.hpp"
 #include "slm/ensemble/router_rules.hpp"
+
+#endif  // SLM_ENSEMBLE_ROUTER_HPP_

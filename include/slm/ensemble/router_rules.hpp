@@ -21,7 +21,14 @@
 #pragma once
 #include "slm/build_mode.hpp"
 
+// router.hpp's shared types only, not the perplexity router (and so not the models).
+#ifndef SLM_ENSEMBLE_ROUTER_TYPES_ONLY
+#define SLM_ENSEMBLE_ROUTER_TYPES_ONLY
 #include "slm/ensemble/router.hpp"
+#undef SLM_ENSEMBLE_ROUTER_TYPES_ONLY
+#else
+#include "slm/ensemble/router.hpp"
+#endif
 #include "slm/json.hpp"
 
 namespace slm::ensemble {
@@ -54,7 +61,57 @@ struct rules_options {
 // The built-in rules for the labels cpp, cmake and shell. Content weights: 3 for cues
 // that all but name the language, 2 for strong idioms, 1 for common ones, 0.5 for
 // hints that other languages share.
-inline std::vector<route_rule> default_rules() {
+std::vector<route_rule> default_rules();
+
+namespace detail {
+
+inline std::string_view base_name(std::string_view path) noexcept {
+  const auto slash = path.find_last_of("/\\");
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+bool ends_with_folded(std::string_view s, std::string_view suffix) noexcept;
+
+// The interpreter a "#!" first line names: the program's base name, or for env the first
+// argument that is not an option ("#!/usr/bin/env -S bash -e" -> "bash"). Empty if none.
+std::string_view shebang_interpreter(std::string_view text) noexcept;
+
+}  // namespace detail
+
+class rules_router {
+ public:
+  // Only the rules whose label is one of `labels` may be given (an error names the rule).
+  static result<rules_router> create(std::vector<std::string> labels, std::vector<route_rule> rules, rules_options opt = {});
+
+  // The built-in rules of the labels present (a label they do not know gets none), then
+  // the host's rules.
+  static result<rules_router> with_defaults(std::vector<std::string> labels, std::vector<route_rule> extra = {}, rules_options opt = {});
+
+  std::span<const std::string> labels() const noexcept { return labels_; }
+  std::span<const route_rule> rules() const noexcept { return rules_; }
+
+  result<route_decision> route(const route_request& q) const;
+
+ private:
+  rules_router() = default;
+  static std::string quoted(std::string_view s);  // one line: newlines shown as \n
+  std::vector<std::string> labels_;
+  std::vector<route_rule> rules_;
+  std::vector<std::size_t> label_of_;  // rules_[i]'s label index
+  double strong_bonus_ = 1.0;          // 1 + the sum of the content weights
+  std::size_t default_index_ = 0;
+  rules_options opt_;
+};
+
+static_assert(router<rules_router>);
+
+// A JSON array of rules (the schema in the header comment), checked against `labels`.
+result<std::vector<route_rule>> parse_rules(std::string_view json_text, std::span<const std::string> labels);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE std::vector<route_rule> default_rules() {
   std::vector<route_rule> r;
   auto add = [&](const char* label, rule_kind k, const char* pattern, double w) { r.push_back({label, k, pattern, w}); };
   using enum rule_kind;
@@ -91,14 +148,7 @@ inline std::vector<route_rule> default_rules() {
   return r;
 }
 
-namespace detail {
-
-inline std::string_view base_name(std::string_view path) noexcept {
-  const auto slash = path.find_last_of("/\\");
-  return slash == std::string_view::npos ? path : path.substr(slash + 1);
-}
-
-inline bool ends_with_folded(std::string_view s, std::string_view suffix) noexcept {
+SLM_INLINE bool detail::ends_with_folded(std::string_view s, std::string_view suffix) noexcept {
   if (suffix.size() > s.size()) return false;
   const std::string_view tail = s.substr(s.size() - suffix.size());
   for (std::size_t i = 0; i < tail.size(); ++i) {
@@ -108,9 +158,7 @@ inline bool ends_with_folded(std::string_view s, std::string_view suffix) noexce
   return true;
 }
 
-// The interpreter a "#!" first line names: the program's base name, or for env the first
-// argument that is not an option ("#!/usr/bin/env -S bash -e" -> "bash"). Empty if none.
-inline std::string_view shebang_interpreter(std::string_view text) noexcept {
+SLM_INLINE std::string_view detail::shebang_interpreter(std::string_view text) noexcept {
   if (text.substr(0, 2) != "#!") return {};
   std::string_view line = text.substr(2, text.find('\n') == std::string_view::npos ? text.size() - 2 : text.find('\n') - 2);
   auto next_word = [&]() {
@@ -128,114 +176,92 @@ inline std::string_view shebang_interpreter(std::string_view text) noexcept {
   return prog;
 }
 
-}  // namespace detail
-
-class rules_router {
- public:
-  // Only the rules whose label is one of `labels` may be given (an error names the rule).
-  static result<rules_router> create(std::vector<std::string> labels, std::vector<route_rule> rules, rules_options opt = {}) {
-    SLM_TRY(check_labels(labels));
-    rules_router r;
-    for (std::size_t i = 0; i < rules.size(); ++i) {
-      const route_rule& ru = rules[i];
-      const auto li = std::find(labels.begin(), labels.end(), ru.label);
-      if (li == labels.end()) return make_error(errc::invalid_argument, "rule ", i, ": unknown label \"", ru.label, "\"");
-      if (ru.pattern.empty()) return make_error(errc::invalid_argument, "rule ", i, ": empty ", to_string(ru.kind), " pattern");
-      if (!(ru.weight > 0) || !std::isfinite(ru.weight))
-        return make_error(errc::invalid_argument, "rule ", i, ": weight ", ru.weight, " is not a positive number");
-      r.label_of_.push_back(static_cast<std::size_t>(li - labels.begin()));
-      if (!ru.strong()) r.strong_bonus_ += ru.weight;
-    }
-    if (opt.default_label.empty()) opt.default_label = labels.front();
-    const auto di = std::find(labels.begin(), labels.end(), opt.default_label);
-    if (di == labels.end()) return make_error(errc::invalid_argument, "rules_router: default label \"", opt.default_label, "\" is not a label");
-    r.default_index_ = static_cast<std::size_t>(di - labels.begin());
-    r.labels_ = std::move(labels);
-    r.rules_ = std::move(rules);
-    r.opt_ = std::move(opt);
-    return r;
+SLM_INLINE result<rules_router> rules_router::create(std::vector<std::string> labels, std::vector<route_rule> rules, rules_options opt) {
+  SLM_TRY(check_labels(labels));
+  rules_router r;
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const route_rule& ru = rules[i];
+    const auto li = std::find(labels.begin(), labels.end(), ru.label);
+    if (li == labels.end()) return make_error(errc::invalid_argument, "rule ", i, ": unknown label \"", ru.label, "\"");
+    if (ru.pattern.empty()) return make_error(errc::invalid_argument, "rule ", i, ": empty ", to_string(ru.kind), " pattern");
+    if (!(ru.weight > 0) || !std::isfinite(ru.weight))
+      return make_error(errc::invalid_argument, "rule ", i, ": weight ", ru.weight, " is not a positive number");
+    r.label_of_.push_back(static_cast<std::size_t>(li - labels.begin()));
+    if (!ru.strong()) r.strong_bonus_ += ru.weight;
   }
+  if (opt.default_label.empty()) opt.default_label = labels.front();
+  const auto di = std::find(labels.begin(), labels.end(), opt.default_label);
+  if (di == labels.end()) return make_error(errc::invalid_argument, "rules_router: default label \"", opt.default_label, "\" is not a label");
+  r.default_index_ = static_cast<std::size_t>(di - labels.begin());
+  r.labels_ = std::move(labels);
+  r.rules_ = std::move(rules);
+  r.opt_ = std::move(opt);
+  return r;
+}
 
-  // The built-in rules of the labels present (a label they do not know gets none), then
-  // the host's rules.
-  static result<rules_router> with_defaults(std::vector<std::string> labels, std::vector<route_rule> extra = {}, rules_options opt = {}) {
-    std::vector<route_rule> rules;
-    for (auto& ru : default_rules())
-      if (std::find(labels.begin(), labels.end(), ru.label) != labels.end()) rules.push_back(std::move(ru));
-    for (auto& ru : extra) rules.push_back(std::move(ru));
-    return create(std::move(labels), std::move(rules), std::move(opt));
-  }
+SLM_INLINE result<rules_router> rules_router::with_defaults(std::vector<std::string> labels, std::vector<route_rule> extra, rules_options opt) {
+  std::vector<route_rule> rules;
+  for (auto& ru : default_rules())
+    if (std::find(labels.begin(), labels.end(), ru.label) != labels.end()) rules.push_back(std::move(ru));
+  for (auto& ru : extra) rules.push_back(std::move(ru));
+  return create(std::move(labels), std::move(rules), std::move(opt));
+}
 
-  std::span<const std::string> labels() const noexcept { return labels_; }
-  std::span<const route_rule> rules() const noexcept { return rules_; }
-
-  result<route_decision> route(const route_request& q) const {
-    const std::string_view name = detail::base_name(q.file_name);
-    const std::string_view interp = detail::shebang_interpreter(q.text);
-    const std::string_view scan = q.text.substr(0, std::min(q.text.size(), opt_.max_scan_bytes));
-    route_decision d;
-    d.scores.assign(labels_.size(), 0.0);
-    std::vector<double> content(labels_.size(), 0.0);
-    std::vector<std::vector<std::string_view>> fired(labels_.size());  // the cues behind each score
-    const route_rule* strongest = nullptr;
-    for (std::size_t i = 0; i < rules_.size(); ++i) {
-      const route_rule& ru = rules_[i];
-      bool hit = false;
-      switch (ru.kind) {
-        case rule_kind::file_name: hit = !name.empty() && name == ru.pattern; break;
-        case rule_kind::extension: hit = name.size() > ru.pattern.size() && detail::ends_with_folded(name, ru.pattern); break;
-        case rule_kind::shebang: hit = !interp.empty() && interp == ru.pattern; break;
-        case rule_kind::contains: hit = scan.find(ru.pattern) != std::string_view::npos; break;
-      }
-      if (!hit) continue;
-      const std::size_t li = label_of_[i];
-      if (ru.strong()) {
-        d.scores[li] += strong_bonus_ * ru.weight;
-        if (!strongest || ru.weight > strongest->weight) strongest = &ru;
-      } else {
-        content[li] += ru.weight;
-        fired[li].push_back(ru.pattern);
-      }
+SLM_INLINE result<route_decision> rules_router::route(const route_request& q) const {
+  const std::string_view name = detail::base_name(q.file_name);
+  const std::string_view interp = detail::shebang_interpreter(q.text);
+  const std::string_view scan = q.text.substr(0, std::min(q.text.size(), opt_.max_scan_bytes));
+  route_decision d;
+  d.scores.assign(labels_.size(), 0.0);
+  std::vector<double> content(labels_.size(), 0.0);
+  std::vector<std::vector<std::string_view>> fired(labels_.size());  // the cues behind each score
+  const route_rule* strongest = nullptr;
+  for (std::size_t i = 0; i < rules_.size(); ++i) {
+    const route_rule& ru = rules_[i];
+    bool hit = false;
+    switch (ru.kind) {
+      case rule_kind::file_name: hit = !name.empty() && name == ru.pattern; break;
+      case rule_kind::extension: hit = name.size() > ru.pattern.size() && detail::ends_with_folded(name, ru.pattern); break;
+      case rule_kind::shebang: hit = !interp.empty() && interp == ru.pattern; break;
+      case rule_kind::contains: hit = scan.find(ru.pattern) != std::string_view::npos; break;
     }
-    for (std::size_t l = 0; l < labels_.size(); ++l) d.scores[l] += content[l];
-    const bool any = std::any_of(d.scores.begin(), d.scores.end(), [](double s) { return s > 0; });
-    if (!any) d.scores[default_index_] = 1.0;  // nothing fired
-    d.ranking = rank_by_score(d.scores);
-    const std::size_t best = d.ranking.front();
-    if (!any) {
-      d.reason = cat("rules: no rule fired, default label ", labels_[best]);
-    } else if (strongest) {
-      d.reason = cat("rules: ", to_string(strongest->kind), " \"", strongest->pattern, "\" -> ", labels_[best]);
+    if (!hit) continue;
+    const std::size_t li = label_of_[i];
+    if (ru.strong()) {
+      d.scores[li] += strong_bonus_ * ru.weight;
+      if (!strongest || ru.weight > strongest->weight) strongest = &ru;
     } else {
-      d.reason = cat("rules: content cues ->", " ", labels_[best]);
-      for (std::size_t l = 0; l < labels_.size(); ++l) {
-        d.reason += cat(l == 0 ? " (" : ", ", labels_[l], " ", content[l]);
-        for (std::size_t k = 0; k < fired[l].size() && k < 3; ++k) d.reason += cat(k == 0 ? ": " : " ", quoted(fired[l][k]));
-      }
-      d.reason += ")";
+      content[li] += ru.weight;
+      fired[li].push_back(ru.pattern);
     }
-    return d;
   }
-
- private:
-  rules_router() = default;
-  static std::string quoted(std::string_view s) {  // one line: newlines shown as \n
-    std::string out = "'";
-    for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
-    return out + "'";
+  for (std::size_t l = 0; l < labels_.size(); ++l) d.scores[l] += content[l];
+  const bool any = std::any_of(d.scores.begin(), d.scores.end(), [](double s) { return s > 0; });
+  if (!any) d.scores[default_index_] = 1.0;  // nothing fired
+  d.ranking = rank_by_score(d.scores);
+  const std::size_t best = d.ranking.front();
+  if (!any) {
+    d.reason = cat("rules: no rule fired, default label ", labels_[best]);
+  } else if (strongest) {
+    d.reason = cat("rules: ", to_string(strongest->kind), " \"", strongest->pattern, "\" -> ", labels_[best]);
+  } else {
+    d.reason = cat("rules: content cues ->", " ", labels_[best]);
+    for (std::size_t l = 0; l < labels_.size(); ++l) {
+      d.reason += cat(l == 0 ? " (" : ", ", labels_[l], " ", content[l]);
+      for (std::size_t k = 0; k < fired[l].size() && k < 3; ++k) d.reason += cat(k == 0 ? ": " : " ", quoted(fired[l][k]));
+    }
+    d.reason += ")";
   }
-  std::vector<std::string> labels_;
-  std::vector<route_rule> rules_;
-  std::vector<std::size_t> label_of_;  // rules_[i]'s label index
-  double strong_bonus_ = 1.0;          // 1 + the sum of the content weights
-  std::size_t default_index_ = 0;
-  rules_options opt_;
-};
+  return d;
+}
 
-static_assert(router<rules_router>);
+SLM_INLINE std::string rules_router::quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return out + "'";
+}
 
-// A JSON array of rules (the schema in the header comment), checked against `labels`.
-inline result<std::vector<route_rule>> parse_rules(std::string_view json_text, std::span<const std::string> labels) {
+SLM_INLINE result<std::vector<route_rule>> parse_rules(std::string_view json_text, std::span<const std::string> labels) {
   auto doc = json::parse(json_text);
   if (!doc.ok()) return std::move(doc).take_error().with_context("rules JSON");
   if (!doc->is_array()) return make_error(errc::invalid_argument, "rules JSON: expected an array of rules, got a ", json::to_string(doc->type()));
@@ -274,5 +300,7 @@ inline result<std::vector<route_rule>> parse_rules(std::string_view json_text, s
   }
   return out;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

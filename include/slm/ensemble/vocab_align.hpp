@@ -80,95 +80,13 @@ struct vocab_coverage {
 
 namespace detail {
 // The token's bytes as text, for error messages (control bytes escaped).
-inline std::string printable(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7F && c != '\\') out.push_back(static_cast<char>(c));
-    else out += cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
-  }
-  return out;
-}
-inline status need_token_bytes(const tokenizer& t, const char* which) {
-  if (t.decodes_token_by_token()) return {};
-  return make_error(errc::unsupported, "vocabulary alignment: tokenizer ", which,
-                    " does not decode token by token (its decoder is not ByteLevel alone, e.g. a "
-                    "sentencepiece-style '\xE2\x96\x81' / <0xNN> byte-fallback vocabulary), so its tokens have no "
-                    "context-free byte strings");
-}
+std::string printable(std::string_view s);
+status need_token_bytes(const tokenizer& t, const char* which);
 }  // namespace detail
 
 class vocab_alignment {
  public:
-  static result<vocab_alignment> build(const tokenizer& a, const tokenizer& b) {
-    SLM_TRY(detail::need_token_bytes(a, "A"));
-    SLM_TRY(detail::need_token_bytes(b, "B"));
-    vocab_alignment al;
-    al.a_ = &a;
-    al.b_ = &b;
-    const std::size_t na = a.vocab_size(), nb = b.vocab_size();
-    al.cov_.a_vocab = na;
-    al.cov_.b_vocab = nb;
-    // B's non-special byte strings -> the lowest id holding them (duplicates are rare:
-    // an added token spelling a vocabulary entry).
-    std::unordered_map<std::string_view, std::int32_t> b_of;
-    b_of.reserve(nb);
-    for (std::size_t i = 0; i < nb; ++i) {
-      const auto id = static_cast<std::int32_t>(i);
-      const std::string_view s = b.token_bytes(id);
-      if (!s.empty() && !b.is_special(id)) b_of.emplace(s, id);
-    }
-    al.exact_.assign(na, -1);
-    al.target_.assign(na, -1);
-    std::vector<bool> b_taken(nb, false);
-    for (std::size_t i = 0; i < na; ++i) {
-      const auto id = static_cast<std::int32_t>(i);
-      if (a.is_special(id)) {
-        bool by_role = false;
-        const std::int32_t t = special_partner(a, b, id, by_role);
-        if (t < 0) {
-          ++al.cov_.dropped;
-          continue;
-        }
-        al.exact_[i] = al.target_[i] = t;
-        ++(by_role ? al.cov_.specials_by_role : al.cov_.specials_by_content);
-        continue;
-      }
-      const std::string_view s = a.token_bytes(id);
-      if (s.empty()) {  // a gap in the id range
-        ++al.cov_.dropped;
-        continue;
-      }
-      if (auto it = b_of.find(s); it != b_of.end()) {
-        al.exact_[i] = al.target_[i] = it->second;
-        ++al.cov_.exact;
-        if (!b_taken[static_cast<std::size_t>(it->second)]) {  // one pair per shared byte string
-          b_taken[static_cast<std::size_t>(it->second)] = true;
-          al.pairs_.emplace_back(id, it->second);
-        }
-        continue;
-      }
-      for (std::size_t len = s.size() - 1; len > 0; --len)  // longest proper prefix B holds
-        if (auto it = b_of.find(s.substr(0, len)); it != b_of.end()) {
-          al.target_[i] = it->second;
-          break;
-        }
-      if (al.target_[i] < 0)
-        return make_error(errc::unsupported, "vocabulary alignment: A token ", id, " \"", detail::printable(s),
-                          "\" has no byte prefix in B's vocabulary (B lacks the single-byte token \"",
-                          detail::printable(s.substr(0, 1)), "\")");
-      ++al.cov_.prefix;
-    }
-    al.cov_.shared_strings = al.pairs_.size();
-    al.b_to_a_.assign(nb, -1);
-    for (auto [x, y] : al.pairs_) al.b_to_a_[static_cast<std::size_t>(y)] = x;
-    for (std::size_t i = 0; i < na; ++i)  // special pairs, one-to-one as well
-      if (a.is_special(static_cast<std::int32_t>(i)) && al.exact_[i] >= 0 &&
-          al.b_to_a_[static_cast<std::size_t>(al.exact_[i])] < 0) {
-        al.b_to_a_[static_cast<std::size_t>(al.exact_[i])] = static_cast<std::int32_t>(i);
-        al.pairs_.emplace_back(static_cast<std::int32_t>(i), al.exact_[i]);
-      }
-    return al;
-  }
+  static result<vocab_alignment> build(const tokenizer& a, const tokenizer& b);
 
   const tokenizer& a() const noexcept { return *a_; }
   const tokenizer& b() const noexcept { return *b_; }
@@ -198,82 +116,18 @@ class vocab_alignment {
   // A's tokenizer vocabulary (a model's padded rows: no bytes, dropped); p_b must hold at
   // least B's vocab_size() entries (those beyond get 0). p_a: finite, non-negative, some
   // mass on a token with a target.
-  status project(std::span<const float> p_a, std::span<float> p_b) const {
-    if (p_b.size() < b_->vocab_size())
-      return make_error(errc::invalid_argument, "project: the output holds ", p_b.size(), " entries, B's vocabulary has ",
-                        b_->vocab_size());
-    std::vector<double> acc(b_->vocab_size(), 0.0);
-    double kept = 0;
-    for (std::size_t i = 0; i < p_a.size(); ++i) {
-      const float p = p_a[i];
-      if (!(p >= 0.0f) || !std::isfinite(p))
-        return make_error(errc::invalid_argument, "project: probability ", i, " is ", p, " (must be finite and >= 0)");
-      const std::int32_t t = i < target_.size() ? target_[i] : -1;
-      if (t < 0) continue;
-      acc[static_cast<std::size_t>(t)] += p;
-      kept += p;
-    }
-    if (!(kept > 0))
-      return make_error(errc::invalid_argument, "project: no probability mass on an A token that B can represent");
-    for (std::size_t j = 0; j < acc.size(); ++j) p_b[j] = static_cast<float>(acc[j] / kept);
-    for (std::size_t j = acc.size(); j < p_b.size(); ++j) p_b[j] = 0.0f;
-    return {};
-  }
+  status project(std::span<const float> p_a, std::span<float> p_b) const;
 
   // Whether handover() is exact byte for byte (both tokenizers lossless; see the top).
   bool exact_handover() const noexcept { return a_->lossless() && b_->lossless(); }
 
   // A's ids re-tokenised for B through their bytes (see the top); appends nothing B's
   // post-processor would add. An A special without a B partner is an error naming it.
-  result<std::vector<std::int32_t>> handover(std::span<const std::int32_t> ids_a) const {
-    std::vector<std::int32_t> out;
-    encode_scratch scratch;
-    const encode_options plain{.add_special_tokens = false, .parse_special = false};
-    std::size_t run = 0;  // start of the current run of non-special ids
-    auto flush = [&](std::size_t end) -> status {
-      if (end == run) return {};
-      auto text = a_->decode(ids_a.subspan(run, end - run));
-      if (!text.ok()) return std::move(text).take_error().with_context("handover");
-      return b_->encode(*text, out, scratch, plain);
-    };
-    for (std::size_t i = 0; i < ids_a.size(); ++i) {
-      const std::int32_t id = ids_a[i];
-      if (id < 0 || static_cast<std::size_t>(id) >= a_->vocab_size())
-        return make_error(errc::out_of_range, "handover: token id ", id, " at index ", i,
-                          " is outside A's vocabulary [0, ", a_->vocab_size(), ")");
-      if (!a_->is_special(id)) continue;
-      SLM_TRY(flush(i));
-      run = i + 1;
-      const std::int32_t t = exact_[static_cast<std::size_t>(id)];
-      if (t < 0)
-        return make_error(errc::unsupported, "handover: special token \"", a_->token(id), "\" (id ", id, ") at index ", i,
-                          " has no counterpart in B's vocabulary");
-      out.push_back(t);
-    }
-    SLM_TRY(flush(ids_a.size()));
-    return out;
-  }
+  result<std::vector<std::int32_t>> handover(std::span<const std::int32_t> ids_a) const;
 
  private:
   // B's special paired with A's special id: same content first, then same role.
-  static std::int32_t special_partner(const tokenizer& a, const tokenizer& b, std::int32_t id, bool& by_role) {
-    by_role = false;
-    if (auto t = b.find(a.token(id)); t && b.is_special(*t)) return *t;
-    const special_token_ids &sa = a.specials(), &sb = b.specials();
-    const std::pair<std::int32_t, std::int32_t> roles[] = {{sa.bos, sb.bos},
-                                                           {sa.eos, sb.eos},
-                                                           {sa.pad, sb.pad},
-                                                           {sa.unk, sb.unk},
-                                                           {sa.fim_prefix, sb.fim_prefix},
-                                                           {sa.fim_middle, sb.fim_middle},
-                                                           {sa.fim_suffix, sb.fim_suffix}};
-    for (auto [ra, rb] : roles)
-      if (ra == id && rb >= 0 && b.is_special(rb)) {
-        by_role = true;
-        return rb;
-      }
-    return -1;
-  }
+  static std::int32_t special_partner(const tokenizer& a, const tokenizer& b, std::int32_t id, bool& by_role);
 
   const tokenizer* a_ = nullptr;
   const tokenizer* b_ = nullptr;
@@ -294,7 +148,171 @@ struct shared_boundary {
 // end of the text, if non-empty, is always one). Both must decode to the same bytes
 // (errc::invalid_argument with the first differing offset otherwise); both tokenizers
 // must decode token by token.
-inline result<std::vector<shared_boundary>> common_boundaries(const tokenizer& a, std::span<const std::int32_t> ids_a,
+result<std::vector<shared_boundary>> common_boundaries(const tokenizer& a, std::span<const std::int32_t> ids_a,
+                                                              const tokenizer& b, std::span<const std::int32_t> ids_b);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE std::string detail::printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7F && c != '\\') out.push_back(static_cast<char>(c));
+    else out += cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+  }
+  return out;
+}
+
+SLM_INLINE status detail::need_token_bytes(const tokenizer& t, const char* which) {
+  if (t.decodes_token_by_token()) return {};
+  return make_error(errc::unsupported, "vocabulary alignment: tokenizer ", which,
+                    " does not decode token by token (its decoder is not ByteLevel alone, e.g. a "
+                    "sentencepiece-style '\xE2\x96\x81' / <0xNN> byte-fallback vocabulary), so its tokens have no "
+                    "context-free byte strings");
+}
+
+SLM_INLINE result<vocab_alignment> vocab_alignment::build(const tokenizer& a, const tokenizer& b) {
+  SLM_TRY(detail::need_token_bytes(a, "A"));
+  SLM_TRY(detail::need_token_bytes(b, "B"));
+  vocab_alignment al;
+  al.a_ = &a;
+  al.b_ = &b;
+  const std::size_t na = a.vocab_size(), nb = b.vocab_size();
+  al.cov_.a_vocab = na;
+  al.cov_.b_vocab = nb;
+  // B's non-special byte strings -> the lowest id holding them (duplicates are rare:
+  // an added token spelling a vocabulary entry).
+  std::unordered_map<std::string_view, std::int32_t> b_of;
+  b_of.reserve(nb);
+  for (std::size_t i = 0; i < nb; ++i) {
+    const auto id = static_cast<std::int32_t>(i);
+    const std::string_view s = b.token_bytes(id);
+    if (!s.empty() && !b.is_special(id)) b_of.emplace(s, id);
+  }
+  al.exact_.assign(na, -1);
+  al.target_.assign(na, -1);
+  std::vector<bool> b_taken(nb, false);
+  for (std::size_t i = 0; i < na; ++i) {
+    const auto id = static_cast<std::int32_t>(i);
+    if (a.is_special(id)) {
+      bool by_role = false;
+      const std::int32_t t = special_partner(a, b, id, by_role);
+      if (t < 0) {
+        ++al.cov_.dropped;
+        continue;
+      }
+      al.exact_[i] = al.target_[i] = t;
+      ++(by_role ? al.cov_.specials_by_role : al.cov_.specials_by_content);
+      continue;
+    }
+    const std::string_view s = a.token_bytes(id);
+    if (s.empty()) {  // a gap in the id range
+      ++al.cov_.dropped;
+      continue;
+    }
+    if (auto it = b_of.find(s); it != b_of.end()) {
+      al.exact_[i] = al.target_[i] = it->second;
+      ++al.cov_.exact;
+      if (!b_taken[static_cast<std::size_t>(it->second)]) {  // one pair per shared byte string
+        b_taken[static_cast<std::size_t>(it->second)] = true;
+        al.pairs_.emplace_back(id, it->second);
+      }
+      continue;
+    }
+    for (std::size_t len = s.size() - 1; len > 0; --len)  // longest proper prefix B holds
+      if (auto it = b_of.find(s.substr(0, len)); it != b_of.end()) {
+        al.target_[i] = it->second;
+        break;
+      }
+    if (al.target_[i] < 0)
+      return make_error(errc::unsupported, "vocabulary alignment: A token ", id, " \"", detail::printable(s),
+                        "\" has no byte prefix in B's vocabulary (B lacks the single-byte token \"",
+                        detail::printable(s.substr(0, 1)), "\")");
+    ++al.cov_.prefix;
+  }
+  al.cov_.shared_strings = al.pairs_.size();
+  al.b_to_a_.assign(nb, -1);
+  for (auto [x, y] : al.pairs_) al.b_to_a_[static_cast<std::size_t>(y)] = x;
+  for (std::size_t i = 0; i < na; ++i)  // special pairs, one-to-one as well
+    if (a.is_special(static_cast<std::int32_t>(i)) && al.exact_[i] >= 0 &&
+        al.b_to_a_[static_cast<std::size_t>(al.exact_[i])] < 0) {
+      al.b_to_a_[static_cast<std::size_t>(al.exact_[i])] = static_cast<std::int32_t>(i);
+      al.pairs_.emplace_back(static_cast<std::int32_t>(i), al.exact_[i]);
+    }
+  return al;
+}
+
+SLM_INLINE status vocab_alignment::project(std::span<const float> p_a, std::span<float> p_b) const {
+  if (p_b.size() < b_->vocab_size())
+    return make_error(errc::invalid_argument, "project: the output holds ", p_b.size(), " entries, B's vocabulary has ",
+                      b_->vocab_size());
+  std::vector<double> acc(b_->vocab_size(), 0.0);
+  double kept = 0;
+  for (std::size_t i = 0; i < p_a.size(); ++i) {
+    const float p = p_a[i];
+    if (!(p >= 0.0f) || !std::isfinite(p))
+      return make_error(errc::invalid_argument, "project: probability ", i, " is ", p, " (must be finite and >= 0)");
+    const std::int32_t t = i < target_.size() ? target_[i] : -1;
+    if (t < 0) continue;
+    acc[static_cast<std::size_t>(t)] += p;
+    kept += p;
+  }
+  if (!(kept > 0))
+    return make_error(errc::invalid_argument, "project: no probability mass on an A token that B can represent");
+  for (std::size_t j = 0; j < acc.size(); ++j) p_b[j] = static_cast<float>(acc[j] / kept);
+  for (std::size_t j = acc.size(); j < p_b.size(); ++j) p_b[j] = 0.0f;
+  return {};
+}
+
+SLM_INLINE result<std::vector<std::int32_t>> vocab_alignment::handover(std::span<const std::int32_t> ids_a) const {
+  std::vector<std::int32_t> out;
+  encode_scratch scratch;
+  const encode_options plain{.add_special_tokens = false, .parse_special = false};
+  std::size_t run = 0;  // start of the current run of non-special ids
+  auto flush = [&](std::size_t end) -> status {
+    if (end == run) return {};
+    auto text = a_->decode(ids_a.subspan(run, end - run));
+    if (!text.ok()) return std::move(text).take_error().with_context("handover");
+    return b_->encode(*text, out, scratch, plain);
+  };
+  for (std::size_t i = 0; i < ids_a.size(); ++i) {
+    const std::int32_t id = ids_a[i];
+    if (id < 0 || static_cast<std::size_t>(id) >= a_->vocab_size())
+      return make_error(errc::out_of_range, "handover: token id ", id, " at index ", i,
+                        " is outside A's vocabulary [0, ", a_->vocab_size(), ")");
+    if (!a_->is_special(id)) continue;
+    SLM_TRY(flush(i));
+    run = i + 1;
+    const std::int32_t t = exact_[static_cast<std::size_t>(id)];
+    if (t < 0)
+      return make_error(errc::unsupported, "handover: special token \"", a_->token(id), "\" (id ", id, ") at index ", i,
+                        " has no counterpart in B's vocabulary");
+    out.push_back(t);
+  }
+  SLM_TRY(flush(ids_a.size()));
+  return out;
+}
+
+SLM_INLINE std::int32_t vocab_alignment::special_partner(const tokenizer& a, const tokenizer& b, std::int32_t id, bool& by_role) {
+  by_role = false;
+  if (auto t = b.find(a.token(id)); t && b.is_special(*t)) return *t;
+  const special_token_ids &sa = a.specials(), &sb = b.specials();
+  const std::pair<std::int32_t, std::int32_t> roles[] = {{sa.bos, sb.bos},
+                                                         {sa.eos, sb.eos},
+                                                         {sa.pad, sb.pad},
+                                                         {sa.unk, sb.unk},
+                                                         {sa.fim_prefix, sb.fim_prefix},
+                                                         {sa.fim_middle, sb.fim_middle},
+                                                         {sa.fim_suffix, sb.fim_suffix}};
+  for (auto [ra, rb] : roles)
+    if (ra == id && rb >= 0 && b.is_special(rb)) {
+      by_role = true;
+      return rb;
+    }
+  return -1;
+}
+
+SLM_INLINE result<std::vector<shared_boundary>> common_boundaries(const tokenizer& a, std::span<const std::int32_t> ids_a,
                                                               const tokenizer& b, std::span<const std::int32_t> ids_b) {
   SLM_TRY(detail::need_token_bytes(a, "A"));
   SLM_TRY(detail::need_token_bytes(b, "B"));
@@ -327,5 +345,7 @@ inline result<std::vector<shared_boundary>> common_boundaries(const tokenizer& a
   }
   return out;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble

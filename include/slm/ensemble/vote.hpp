@@ -39,8 +39,24 @@ struct vote_entry {
 
 // Ranks normalised answers: votes, then summed confidence, then the first voter's index.
 // answers[i] and confidences[i] are member i's.
-inline result<std::vector<vote_entry>> tally_votes(std::span<const std::string> answers,
-                                                   std::span<const double> confidences, bool case_fold = false) {
+result<std::vector<vote_entry>> tally_votes(std::span<const std::string> answers,
+                                                   std::span<const double> confidences, bool case_fold = false);
+
+struct vote_result {
+  std::vector<answer> answers;      // member i's answer
+  std::vector<double> confidences;  // member i's confidence (vote_options::measure)
+  std::vector<vote_entry> tally;    // ranked; tally[0] won
+  const vote_entry& winner() const { return tally.front(); }
+};
+
+result<vote_result> majority_vote(std::span<const member_ref> members, std::string_view prompt,
+                                         const vote_options& o, compute_context& cx);
+
+// ---- implementation (SLM_DEFINE_ENSEMBLE)
+#if SLM_DEFINE_ENSEMBLE
+
+SLM_INLINE result<std::vector<vote_entry>> tally_votes(std::span<const std::string> answers,
+                                                   std::span<const double> confidences, bool case_fold) {
   if (answers.empty()) return make_error(errc::invalid_argument, "tally_votes: no answers");
   if (answers.size() != confidences.size())
     return make_error(errc::invalid_argument, "tally_votes: ", answers.size(), " answers but ", confidences.size(),
@@ -63,14 +79,7 @@ inline result<std::vector<vote_entry>> tally_votes(std::span<const std::string> 
   return tally;
 }
 
-struct vote_result {
-  std::vector<answer> answers;      // member i's answer
-  std::vector<double> confidences;  // member i's confidence (vote_options::measure)
-  std::vector<vote_entry> tally;    // ranked; tally[0] won
-  const vote_entry& winner() const { return tally.front(); }
-};
-
-inline result<vote_result> majority_vote(std::span<const member_ref> members, std::string_view prompt,
+SLM_INLINE result<vote_result> majority_vote(std::span<const member_ref> members, std::string_view prompt,
                                          const vote_options& o, compute_context& cx) {
   if (members.empty()) return make_error(errc::invalid_argument, "majority_vote: no members");
   if (prompt.empty()) return make_error(errc::invalid_argument, "majority_vote: the prompt is empty");
@@ -89,5 +98,7 @@ inline result<vote_result> majority_vote(std::span<const member_ref> members, st
   r.tally = std::move(*t);
   return r;
 }
+
+#endif  // SLM_DEFINE_ENSEMBLE
 
 }  // namespace slm::ensemble
