@@ -73,7 +73,9 @@
 #include "slm/weights.hpp"
 
 #ifdef SLM_X86
+#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // the kernels; hsum_512 for attention.hpp
 #include <immintrin.h>
+#endif
 #define SLM_MM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")))
 #define SLM_MM_AVX2 __attribute__((target("avx2,fma,f16c")))
 #endif
@@ -232,6 +234,7 @@ SLM_MM_AVX512 SLM_INLINE void permute_x_512(const float* x, std::size_t K, float
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // also used by attention.hpp's kernels
 // Horizontal sum in a fixed order. (Not _mm512_reduce_add_ps / plain _mm512_cvtph_ps:
 // GCC 12 warns about their undefined pass-through operands, GCC bug 105593.)
 SLM_MM_AVX512 inline float hsum_512(__m512 v) noexcept {
@@ -245,7 +248,9 @@ SLM_MM_AVX512 inline float hsum_512(__m512 v) noexcept {
   v = _mm512_add_ps(v, _mm512_permutexvar_ps(s1, v));
   return _mm512_cvtss_f32(v);
 }
+#endif  // SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER
 
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 // [a x8, b x8]
 SLM_MM_AVX512 inline __m512 halves_512(float a, float b) noexcept {
   return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
@@ -460,6 +465,7 @@ SLM_MM_AVX512 void gemv_f_512(const weight_matrix& w, std::size_t r, const float
     y[i] = w.global == 1.0f ? sum : sum * w.global;
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Dequantizes columns [k0, k0 + n) of row r into out (natural order), values identical
 // to decode_scalar (same element x factor products).
@@ -517,6 +523,7 @@ SLM_MM_AVX512 SLM_INLINE void decode_row_512(const weight_matrix& w, std::size_t
 // vectors x 6 tokens: one broadcast per 4 FMAs (2 x 12 left the FMA pipes idle a third
 // of the time: the broadcasts compete with the FMAs for the vector pipes).
 inline constexpr std::size_t gemm_pr = 64, gemm_tt = 6;
+#if SLM_DEFINE_KERNELS
 template <int T>
 SLM_MM_AVX512 void micro_512(const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
                              std::size_t ldy, std::size_t nr, bool first) noexcept {
@@ -551,6 +558,7 @@ SLM_MM_AVX512 void micro_512(const float* panel, std::size_t kc, const float* x,
     for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(yt + 16 * v, m[v], a[v][t]);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 SLM_MM_AVX512 void micro_512_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
                                  std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept;
@@ -598,6 +606,7 @@ SLM_MM_AVX512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const float*
 // ===================================================================================
 // AVX2
 
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 SLM_MM_AVX2 inline float hsum_256(__m256 v) noexcept {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -704,6 +713,7 @@ SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* 
     y[i] = w.global == 1.0f ? sum : sum * w.global;
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 SLM_MM_AVX2 void decode_row_256(const weight_matrix& w, std::size_t r, std::size_t k0, std::size_t n,
                                 float* out) noexcept;
@@ -758,6 +768,7 @@ SLM_MM_AVX2 SLM_INLINE void decode_row_256(const weight_matrix& w, std::size_t r
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
 template <int T>
 SLM_MM_AVX2 void micro_256(const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
                            std::size_t ldy, std::size_t nr, bool first) noexcept {
@@ -784,6 +795,7 @@ SLM_MM_AVX2 void micro_256(const float* panel, std::size_t kc, const float* x, s
     for (std::size_t i = 0; i < nr; ++i) yt[i] = first ? tmp[i] : yt[i] + tmp[i];
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 SLM_MM_AVX2 void micro_256_any(std::size_t T, const float* panel, std::size_t kc, const float* x,
                                std::size_t ldx, float* y, std::size_t ldy, std::size_t nr, bool first) noexcept;
@@ -841,6 +853,7 @@ struct gemv_kernels {
   bool permuted_x = false;              // reads x permuted even/odd per 32 columns
 };
 
+#if SLM_DEFINE_KERNELS  // used by find_gemv (and find_gemv_neon) only
 template <template <int> class K>
 constexpr gemv_kernels make_gemv(bool permuted) {
   gemv_kernels g;
@@ -859,6 +872,7 @@ template <bool F16> struct f_512 { template <int R> struct k { static void run(c
 template <bool NV> struct fp4_256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_fp4_256<R, NV>(w, r, x, xp, y); } }; };
 template <weight_format F> struct f_256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_f_256<R, F>(w, r, x, xp, y); } }; };
 #endif
+#endif  // SLM_DEFINE_KERNELS
 
 #ifdef SLM_NEON
 // Defined in matmul_neon.hpp (included at the end of this file).

@@ -61,7 +61,9 @@
 #include "slm/matmul.hpp"
 
 #ifdef SLM_X86
+#if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
 #include <immintrin.h>
+#endif
 #define SLM_A16_512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2")))
 #endif
@@ -108,7 +110,9 @@ inline constexpr std::size_t chunk = 128;
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 SLM_A16_512 inline __m512bh as_bh(__m512i v) noexcept { return (__m512bh)v; }
+#endif  // SLM_DEFINE_KERNELS
 
 // n activations -> bf16 (natural order), the same bits as to_bf16().
 SLM_A16_512 void round_row_512(const float* x, std::size_t n, std::uint16_t* out) noexcept;
@@ -136,6 +140,7 @@ SLM_A16_512 SLM_INLINE void permute_fp4_512(const float* x, std::size_t K, std::
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
 // E2M1 code -> bf16 bits, 16 entries twice (vpermw reads 5 index bits).
 SLM_A16_512 inline __m512i e2m1_bf16_table_512() noexcept {
   return _mm512_set_epi16(static_cast<short>(0xC0C0), static_cast<short>(0xC080), static_cast<short>(0xC040),
@@ -232,6 +237,7 @@ SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std:
     y[i] = w.global == 1.0f ? sum : sum * w.global;
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // GEMM panel geometry: 64 rows x 256 columns, as bf16 pairs (128 dwords per row). The
 // microkernel holds 4 row vectors x 6 tokens of accumulators: one broadcast per 4
@@ -279,6 +285,7 @@ SLM_A16_512 SLM_INLINE void decode_panel_512(const weight_matrix& w, std::size_t
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
 // T tokens x 64 rows over `pairs` k-pairs of a panel. xb: token 0's activation at the
 // panel's first column, token t is ldxb further; y: Y[t0, rb]. first: start from zero,
 // else from y; last: y = g x sum.
@@ -319,6 +326,7 @@ SLM_A16_512 void micro_512(const std::uint32_t* panel, std::size_t pairs, const 
     for (int v = 0; v < V; ++v) _mm512_mask_storeu_ps(yt + 16 * v, m[v], last ? _mm512_mul_ps(a[v][t], gv) : a[v][t]);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 SLM_A16_512 void micro_512_any(std::size_t T, const std::uint32_t* panel, std::size_t pairs,
                                const std::uint16_t* xb, std::size_t ldxb, float* y, std::size_t ldy,

@@ -50,7 +50,9 @@
 #include "slm/matmul.hpp"
 
 #ifdef SLM_NEON
+#if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
 #include <arm_neon.h>
+#endif
 
 #include <array>
 #include <bit>
@@ -59,6 +61,7 @@ namespace slm::detail::mm {
 
 namespace neon {
 
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 // The bytes of each E2M1 value as a bf16 (all sixteen are exact bf16 values): high byte
 // (sign, exponent, first mantissa bit) and low byte.
 template <int Shift>
@@ -279,6 +282,7 @@ void gemv_fp8(const weight_matrix& w, std::size_t r, const float* x, const float
 template <bool NV> struct fp4_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_fp4<R, NV>(w, r, x, xp, y); } }; };
 template <weight_format F> struct f_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_f<R, F>(w, r, x, xp, y); } }; };
 template <int R> struct fp8_k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_fp8<R>(w, r, x, xp, y); } };
+#endif  // SLM_DEFINE_KERNELS
 
 // ---------------------------------------------------------------------------------
 // GEMM panel.
@@ -368,6 +372,7 @@ SLM_INLINE void decode_row(const weight_matrix& w, std::size_t r, std::size_t k0
 
 inline constexpr std::size_t gemm_pr = 16, gemm_tt = 4;
 
+#if SLM_DEFINE_KERNELS
 // One column (lane L of the x vectors) of the microkernel: 4 x T FMAs by element.
 template <int L, int T>
 inline void micro_col(const float* p, const float32x4_t (&xv)[T], float32x4_t (&a)[4][T]) noexcept {
@@ -424,6 +429,7 @@ void micro(const float* panel, std::size_t kc, const float* x, std::size_t ldx, 
     for (std::size_t i = 0; i < nr; ++i) yt[i] = first ? tmp[i] : yt[i] + tmp[i];
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 void micro_any(std::size_t T, const float* panel, std::size_t kc, const float* x, std::size_t ldx, float* y,
                std::size_t ldy, std::size_t nr, bool first) noexcept;

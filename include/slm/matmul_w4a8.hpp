@@ -75,7 +75,9 @@
 #include "slm/matmul.hpp"
 
 #ifdef SLM_X86
+#if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
 #include <immintrin.h>
+#endif
 #define SLM_W4A8_512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2")))
 #endif
@@ -181,6 +183,7 @@ SLM_INLINE void permute_gemv(const std::int8_t* q, std::size_t K, std::int8_t* q
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 SLM_W4A8_512 inline float hmax_512(__m512 v) noexcept {
   const __m512i s8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7);
   const __m512i s4 = _mm512_setr_epi32(4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11);
@@ -192,6 +195,7 @@ SLM_W4A8_512 inline float hmax_512(__m512 v) noexcept {
   v = _mm512_max_ps(v, _mm512_permutexvar_ps(s1, v));
   return _mm512_cvtss_f32(v);
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Same values as quantize_scalar (qb = 16 or 32).
 SLM_W4A8_512 void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept;
@@ -232,6 +236,7 @@ SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::si
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
 // 16 segment factors f_s (block_factor values) for segments 16g .. 16g+15.
 template <bool NV>
 SLM_W4A8_512 inline __m512 factors16_512(const std::byte* sc, std::size_t g, float gl) noexcept {
@@ -333,6 +338,7 @@ SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int
     y[i] = sum;
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 // Decodes rows [rb, rb + nr) x columns [k0, k0 + kc) into the panel: byte
 // panel[128 j + 4 i + m] = u(row rb + i, column k0 + 4 j + m); rows past nr are zero. Factors:
@@ -370,6 +376,7 @@ SLM_W4A8_512 SLM_INLINE void decode_panel_512(const weight_matrix& w, std::size_
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
 // T tokens x 32 rows over ns segments of a panel. q, h, nc point at token 0's column
 // k0 / segment k0/16; token t is K (q) or S (h, nc) further. y: token 0's row rb.
 template <int T>
@@ -420,6 +427,7 @@ SLM_W4A8_512 void micro_512(const std::uint8_t* panel, const float* fp, std::siz
     _mm512_mask_storeu_ps(yt + 16, m1, a1[t]);
   }
 }
+#endif  // SLM_DEFINE_KERNELS
 
 SLM_W4A8_512 void micro_512_any(std::size_t T, const std::uint8_t* panel, const float* fp, std::size_t ns,
                                 const std::int8_t* q, const float* h, const std::int32_t* nc, std::size_t K,
