@@ -40,7 +40,7 @@
 #include "slm/rope.hpp"
 #include "slm/status.hpp"
 
-#ifdef SLM_X86
+#if defined(SLM_X86) && SLM_DEFINE_DECODER  // only the (guarded) kernels below use it
 #include <immintrin.h>
 #endif
 

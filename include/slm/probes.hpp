@@ -22,7 +22,7 @@
 #include <cstring>
 #include <vector>
 
-#if defined(__x86_64__)
+#if defined(__x86_64__) && SLM_DEFINE_KERNELS  // only the (guarded) probe loops use it
 #include <immintrin.h>
 #endif
 
