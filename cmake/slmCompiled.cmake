@@ -10,7 +10,7 @@ target_link_libraries(slm_compiled PUBLIC slm)
 target_compile_definitions(slm_compiled PUBLIC SLM_COMPILED_LIB=1)
 # The kernels are the point of the library: a Debug host still gets optimised kernels.
 if(SLM_COMPILED_OPTIMIZE AND CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
-  target_compile_options(slm_compiled PRIVATE $<$<CONFIG:Debug>:-O2>)
+  target_compile_options(slm_compiled PRIVATE $<$<CONFIG:Debug>:-O3>)
 endif()
 # In slm's own developer builds the library gets the same compile flags as the tests
 # (warnings, sanitizers, -fno-exceptions), so the ASan stage checks the library's code

@@ -2,7 +2,8 @@
 #include <cstdio>
 #include <vector>
 
-#include <slm/slm.hpp>
+#include <slm/safetensors.hpp>
+#include <slm/version.hpp>
 
 int main() {
   const std::vector<float> w = {1.0f, -2.5f, 0.125f, 3.0f, 0.0f, 7.75f};

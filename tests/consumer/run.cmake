@@ -37,7 +37,9 @@ consume(fetchcontent)
 # FetchContent take slm's subproject defaults: header-only.)
 set(prefix ${WORK_DIR}/prefix)
 run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${WORK_DIR}/slm-build ${common} -DSLM_BUILD_TESTS=OFF
-    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DSLM_COMPILED=ON -DCMAKE_INSTALL_PREFIX=${prefix})
+    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DSLM_COMPILED=ON -DCMAKE_INSTALL_PREFIX=${prefix}
+    # Packaging is what is tested here, not speed: the library unoptimised builds fastest.
+    -DCMAKE_BUILD_TYPE=Debug -DSLM_COMPILED_OPTIMIZE=OFF)
 cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/slm-build --parallel ${_cores})
 run(${CMAKE_COMMAND} --install ${WORK_DIR}/slm-build)
