@@ -29,7 +29,12 @@ function(consume mode)
   endif()
 endfunction()
 
-consume(subdirectory)
+# add_subdirectory with SLM_COMPILED ON (the README's vendoring route to slm::compiled),
+# built Debug with the library unoptimised: packaging is what is tested, not speed.
+consume(subdirectory -DCMAKE_BUILD_TYPE=Debug -DSLM_COMPILED_OPTIMIZE=OFF)
+if(NOT EXISTS ${WORK_DIR}/subdirectory/consumer_compiled)
+  message(FATAL_ERROR "add_subdirectory with SLM_COMPILED ON gave no slm::compiled")
+endif()
 consume(fetchcontent)
 
 # find_package after installing into a temporary prefix (slm alone: no tests or tools),
@@ -60,4 +65,13 @@ if(PKG_CONFIG)
   separate_arguments(flags UNIX_COMMAND "${flags}")
   run(${CXX} ${flags} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc ${flags})
   run(${WORK_DIR}/consumer_pc)
+  # The compiled mode without CMake: the installed libslm.a through slm-compiled.pc.
+  execute_process(COMMAND ${PKG_CONFIG} --cflags --libs slm-compiled RESULT_VARIABLE rc OUTPUT_VARIABLE cflags
+                  OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "pkg-config cannot find slm-compiled")
+  endif()
+  separate_arguments(cflags UNIX_COMMAND "${cflags}")
+  run(${CXX} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc_compiled ${cflags})
+  run(${WORK_DIR}/consumer_pc_compiled)
 endif()

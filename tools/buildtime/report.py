@@ -10,17 +10,30 @@ inside the outer one and are reported too when their .ninja_log exists.
 
     python3 tools/buildtime/report.py build build-asan [--top 10]
 
-Standard library only.
+Standard library only (and the ninja binary, to skip steps of targets since removed).
 """
 import argparse
 import collections
 import os
 import re
+import subprocess
 import sys
 
 
+def current_outputs(build_dir):
+    """The outputs of the build graph as configured now (None if ninja cannot say), so
+    that steps of targets since removed are not counted."""
+    try:
+        out = subprocess.run(["ninja", "-C", build_dir, "-t", "targets", "all"], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return {line.split(":")[0] for line in out.splitlines() if ":" in line}
+
+
 def ninja_steps(build_dir):
-    """{output: seconds} of the newest build recorded in build_dir/.ninja_log."""
+    """{output: seconds}: the newest record of every step in build_dir/.ninja_log whose
+    output is still part of the build."""
     path = os.path.join(build_dir, ".ninja_log")
     steps = {}
     if not os.path.exists(path):
@@ -34,6 +47,9 @@ def ninja_steps(build_dir):
                 continue
             start, end, out = int(parts[0]), int(parts[1]), parts[3]
             steps[out] = (end - start) / 1000.0  # a later entry for the same output wins
+    live = current_outputs(build_dir)
+    if live is not None:
+        steps = {o: t for o, t in steps.items() if o in live or os.path.join(build_dir, o) in live}
     return steps
 
 
