@@ -30,7 +30,25 @@ endif()
 install(FILES ${PROJECT_BINARY_DIR}/slmConfig.cmake ${PROJECT_BINARY_DIR}/slmConfigVersion.cmake
   DESTINATION ${SLM_INSTALL_CMAKEDIR})
 
-# pkg-config: the flags a non-CMake build needs (C++20, threads, optional OpenMP).
+# pkg-config: the flags a non-CMake build needs (C++20, threads, optional OpenMP). The
+# files locate the prefix from where they are installed (${pcfiledir}), so an install
+# with `cmake --install build --prefix P` or a moved prefix stays right.
+function(slm_pc_dir var dir)
+  if(IS_ABSOLUTE "${dir}")
+    set(${var} "${dir}" PARENT_SCOPE)
+  else()
+    set(${var} "\${prefix}/${dir}" PARENT_SCOPE)
+  endif()
+endfunction()
+if(IS_ABSOLUTE "${CMAKE_INSTALL_DATADIR}")
+  set(SLM_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH _slm_pc_up "/p/${CMAKE_INSTALL_DATADIR}/pkgconfig" "/p")
+  string(REGEX REPLACE "/$" "" _slm_pc_up "${_slm_pc_up}")
+  set(SLM_PC_PREFIX "\${pcfiledir}/${_slm_pc_up}")
+endif()
+slm_pc_dir(SLM_PC_INCLUDEDIR "${CMAKE_INSTALL_INCLUDEDIR}")
+slm_pc_dir(SLM_PC_LIBDIR "${CMAKE_INSTALL_LIBDIR}")
 set(SLM_PC_CFLAGS "-std=c++20")
 set(SLM_PC_LIBS "-pthread")
 if(SLM_USE_OPENMP)

@@ -10,3 +10,8 @@
 #include "slm/moe.hpp"
 #include "slm/mamba2.hpp"
 #include "slm/model.hpp"
+
+#include "slm/generate.hpp"
+
+// The generator of slm::model's session (slm/generator_instances.hpp).
+template class slm::generator<slm::model::session>;

@@ -14,3 +14,9 @@
 #include "slm/nanochat.hpp"
 #include "slm/speculative.hpp"
 #include "slm/specialist.hpp"
+
+#include "slm/generate.hpp"
+
+// The generators of these models' sessions (slm/generator_instances.hpp).
+template class slm::generator<slm::nam56r_model::session>;
+template class slm::generator<slm::nanochat_model::session>;

@@ -228,6 +228,56 @@ TEST(Generate, StopTokensStopStringsAndCallbacks) {
   }
 }
 
+namespace {
+int function_pieces = 0;
+bool count_pieces(std::string_view piece) {  // a plain function as the text callback
+  function_pieces += piece.empty() ? 0 : 1;
+  return true;
+}
+}  // namespace
+
+// The text callback may be any callable: a plain function, a const functor, a mutable
+// lambda; each sees the same pieces (the generator reaches it through one trampoline).
+TEST(Generate, AnyCallableReceivesTheText) {
+  fixture f("golden/hf/llama");
+  auto cx = f.cx();
+  slm::generation_options o;
+  o.max_new_tokens = 12;
+  auto ref_gen = f.gen(sampled(7));
+  ASSERT_TRUE(ref_gen.prefill(prompt, cx).ok());
+  std::string by_lambda;
+  auto ref = ref_gen.generate(o, cx, [&](std::string_view piece) mutable {
+    by_lambda += piece;
+    return true;
+  });
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(by_lambda, ref->text);
+
+  auto g1 = f.gen(sampled(7));
+  ASSERT_TRUE(g1.prefill(prompt, cx).ok());
+  function_pieces = 0;
+  auto r1 = g1.generate(o, cx, count_pieces);
+  ASSERT_TRUE(r1.ok());
+  EXPECT_EQ(r1->text, ref->text);
+  EXPECT_GT(function_pieces, 0);
+
+  struct appender {
+    std::string* out;
+    bool operator()(std::string_view piece) const {
+      *out += piece;
+      return true;
+    }
+  };
+  std::string by_functor;
+  const appender a{&by_functor};
+  auto g2 = f.gen(sampled(7));
+  ASSERT_TRUE(g2.prefill(prompt, cx).ok());
+  auto r2 = g2.generate(o, cx, a);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(by_functor, ref->text);
+  EXPECT_EQ(r2->tokens, ref->tokens);
+}
+
 TEST(Generate, CancelledFromAnotherThread) {
   fixture f("golden/hf/llama");
   slm::cancellation cancel;

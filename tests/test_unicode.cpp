@@ -8,6 +8,7 @@
 
 #include "slm/json.hpp"
 #include "slm/unicode.hpp"
+#include "slm/unicode_tables.hpp"  // the tables themselves (unicode.hpp includes them only where its code is compiled)
 #include "test_helpers.hpp"
 
 namespace {

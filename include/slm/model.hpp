@@ -100,21 +100,10 @@
 #include "slm/moe.hpp"
 #include "slm/norm.hpp"
 #include "slm/recurrent_cache.hpp"
+#include "slm/session_options.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
-
-struct session_options {
-  std::size_t max_tokens = 0;      // context limit; 0 = the config's max_position_embeddings
-  std::size_t reserve_tokens = 0;  // cache rows allocated up front (grows on demand)
-  kv_dtype kv = kv_dtype::f32;
-  mla_mode mla = mla_mode::automatic;
-  // Recurrent layers keep the states of this many latest tokens, so that rollback(n) is
-  // exact for n <= rollback_tokens (KV caches are exact for any n). Costs that many
-  // copies of each recurrent layer's state; 0 keeps one level of undo (a failed call
-  // leaves the session unchanged). At most recurrent_cache<>::max_rollback_tokens.
-  std::size_t rollback_tokens = 0;
-};
 
 // What a layer type must provide to be composed into a decoder.
 // Its cache: size() positions held, truncate(len) (exact when can_truncate(len); a
@@ -782,3 +771,8 @@ template class decoder<any_attention, any_ffn>;
 #endif
 
 }  // namespace slm
+
+// Compiled mode: the generator of this model's session is compiled by the library
+// (slm/generator_instances.hpp).
+#define SLM_MODEL_HPP_INCLUDED 1
+#include "slm/generator_instances.hpp"

@@ -79,7 +79,7 @@
 #include "slm/mamba3.hpp"
 #include "slm/mla.hpp"
 #include "slm/mlp.hpp"
-#include "slm/model.hpp"
+#include "slm/session_options.hpp"
 #include "slm/moe.hpp"
 #include "slm/nam56r_pattern.hpp"
 #include "slm/ngram_embedding.hpp"
@@ -1174,3 +1174,8 @@ SLM_INLINE status nam56r_model::session::run(std::span<const std::int32_t> ids, 
 #endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm
+
+// Compiled mode: the generator of this model's session is compiled by the library
+// (slm/generator_instances.hpp).
+#define SLM_NAM56R_HPP_INCLUDED 1
+#include "slm/generator_instances.hpp"

@@ -82,7 +82,7 @@
 #include "slm/json.hpp"
 #include "slm/linear.hpp"
 #include "slm/mhc.hpp"
-#include "slm/model.hpp"
+#include "slm/session_options.hpp"
 #include "slm/nanochat_mamba.hpp"
 #include "slm/numeric.hpp"
 #include "slm/quant_config.hpp"
@@ -1282,3 +1282,8 @@ SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t>
 #endif  // SLM_DEFINE_NAM56R
 
 }  // namespace slm
+
+// Compiled mode: the generator of this model's session is compiled by the library
+// (slm/generator_instances.hpp).
+#define SLM_NANOCHAT_HPP_INCLUDED 1
+#include "slm/generator_instances.hpp"

@@ -1,5 +1,6 @@
 // slm/slm.hpp - everything in one include: every public header (matmul_neon.hpp and
-// unicode_tables.hpp come in through matmul.hpp and unicode.hpp). Each header is also
+// unicode_tables.hpp come in through matmul.hpp and unicode.hpp, where their code is
+// compiled: header-only mode, or the library's own units). Each header is also
 // self-contained, and a host that needs one part includes just that part's header: the
 // tokenizer, one model family, one router. In header-only mode this include compiles
 // all of slm in the including file; with slm::compiled (slm/build_mode.hpp) it is
@@ -40,6 +41,7 @@
 #include "slm/attention.hpp"
 #include "slm/dsa.hpp"
 #include "slm/mla.hpp"
+#include "slm/session_options.hpp"
 #include "slm/moe.hpp"
 #include "slm/mamba2.hpp"
 #include "slm/mamba3.hpp"
@@ -66,6 +68,7 @@
 #include "slm/sampling.hpp"
 #include "slm/stop_strings.hpp"
 #include "slm/generate.hpp"
+#include "slm/generator_instances.hpp"
 #include "slm/ensemble/ensemble.hpp"
 #include "slm/ensemble/vocab_align.hpp"
 #include "slm/ensemble/hidden_map.hpp"

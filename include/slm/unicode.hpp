@@ -21,7 +21,10 @@
 #include <string_view>
 #include <vector>
 
+// The tables are data for the definitions only: a compiled-mode host never parses them.
+#if SLM_DEFINE_TEXT
 #include "slm/unicode_tables.hpp"
+#endif
 
 namespace slm::unicode {
 

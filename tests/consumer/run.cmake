@@ -1,6 +1,6 @@
 # ctest driver: builds and runs tests/consumer against slm three ways.
-#   cmake -DSLM_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -P run.cmake
-foreach(v SLM_SOURCE_DIR WORK_DIR GENERATOR CXX)
+#   cmake -DSLM_SOURCE_DIR=... -DWORK_DIR=... -DGENERATOR=... -DCXX=... -DINSTALL_FROM=<a built slm> -P run.cmake
+foreach(v SLM_SOURCE_DIR WORK_DIR GENERATOR CXX INSTALL_FROM)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "run.cmake needs -D${v}=...")
   endif()
@@ -37,17 +37,11 @@ if(NOT EXISTS ${WORK_DIR}/subdirectory/consumer_compiled)
 endif()
 consume(fetchcontent)
 
-# find_package after installing into a temporary prefix (slm alone: no tests or tools),
-# with the compiled mode, so both installed targets are consumed. (add_subdirectory and
-# FetchContent take slm's subproject defaults: header-only.)
+# find_package after installing into a temporary prefix, as the README's route does
+# (`cmake --install build --prefix ...`): this build's own install rules, slm::compiled
+# included, so both installed targets are consumed without building slm again.
 set(prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${WORK_DIR}/slm-build ${common} -DSLM_BUILD_TESTS=OFF
-    -DSLM_BUILD_EXAMPLES=OFF -DSLM_BUILD_BENCH=OFF -DSLM_INSTALL=ON -DSLM_COMPILED=ON -DCMAKE_INSTALL_PREFIX=${prefix}
-    # Packaging is what is tested here, not speed: the library unoptimised builds fastest.
-    -DCMAKE_BUILD_TYPE=Debug -DSLM_COMPILED_OPTIMIZE=OFF)
-cmake_host_system_information(RESULT _cores QUERY NUMBER_OF_LOGICAL_CORES)
-run(${CMAKE_COMMAND} --build ${WORK_DIR}/slm-build --parallel ${_cores})
-run(${CMAKE_COMMAND} --install ${WORK_DIR}/slm-build)
+run(${CMAKE_COMMAND} --install ${INSTALL_FROM} --prefix ${prefix})
 consume(find_package -DCMAKE_PREFIX_PATH=${prefix})
 if(NOT EXISTS ${WORK_DIR}/find_package/consumer_compiled)
   message(FATAL_ERROR "the installed slm has no slm::compiled")

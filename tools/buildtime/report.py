@@ -5,8 +5,9 @@ Reads, for each build directory given, Ninja's log (.ninja_log: what each build 
 and ctest's log of the last run (Testing/Temporary/LastTest.log: what each test took),
 and prints Markdown: the build time per target (compile steps summed per target, in CPU
 seconds of one core), the slowest steps, and the test time per ctest test. Nested builds
-that ctest drives (no-exceptions, cross, consumer) have their own build directories
-inside the outer one and are reported too when their .ninja_log exists.
+that ctest drives (the AArch64 cross build, the consumer's add_subdirectory build) have
+their own build directories inside the outer one and are reported too when their
+.ninja_log exists.
 
     python3 tools/buildtime/report.py build build-asan [--top 10]
 
@@ -112,7 +113,7 @@ def report(build_dir, top):
         for name, s, _ in sorted(tests, key=lambda t: -t[1])[:top]:
             print(f"| {name} | {s:.1f} |")
         print()
-    for nested in ("no-exceptions", "cross-aarch64", "consumer/slm-build"):
+    for nested in ("cross-aarch64", "consumer/subdirectory"):
         d = os.path.join(build_dir, nested)
         if os.path.exists(os.path.join(d, ".ninja_log")):
             report(d, top)
