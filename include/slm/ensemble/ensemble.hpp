@@ -266,7 +266,9 @@ SLM_INLINE result<response> ensemble::run(const request& q, compute_context& cx)
   r.strategy = q.strategy.value_or(cfg_.strategy.kind);
   // Before any work: dispatch() takes the members of refine and speculative from the
   // config's strategy object, which was validated for the config's own kind only.
-  if (q.strategy) SLM_TRY(cfg_.check_strategy(r.strategy).with_context("ensemble"));
+  if (q.strategy) {
+    if (status st = cfg_.check_strategy(r.strategy); !st.ok()) return std::move(st).with_context("ensemble");
+  }
   auto d = route(route_request{q.prompt, q.file_name}, cx);
   if (!d.ok()) return std::move(d).take_error().with_context("routing");
   r.route = std::move(*d);
