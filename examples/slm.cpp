@@ -168,6 +168,54 @@ void print_layer_table(const Rows& rows) {
               human_bytes(bytes).c_str(), "", static_cast<unsigned long long>(active));
 }
 
+// A checkpoint opened for its config files and tensor headers only (inspect, and what a
+// command needs to know before it loads the model): mapped, so no weight is read. Its
+// headers are parsed within open(); its tensor data is never touched, so a weight file
+// replaced or truncated later cannot fault it. Models run from with_model's load.
+slm::result<slm::checkpoint> open_metadata(const std::filesystem::path& dir) {
+  slm::checkpoint_options o;
+  o.weights = slm::load_mode::map;
+  return slm::checkpoint::open(dir, o);
+}
+
+// Shows the reading of the weights: a bar on a terminal, a plain line per quarter
+// otherwise. Quiet for models under 64 MiB unless --progress is given, so small runs stay
+// clean.
+class weight_progress {
+ public:
+  explicit weight_progress(bool forced) : forced_(forced), tty_(isatty(fileno(stderr)) != 0) {}
+  void operator()(std::uint64_t done, std::uint64_t total) {
+    if (!forced_ && total < (std::uint64_t{64} << 20)) return;
+    const int pct = static_cast<int>(total ? 100 * std::min(done, total) / total : 100);
+    if (pct == shown_) return;
+    if (tty_) {
+      const int width = 30, filled = width * pct / 100;
+      std::fprintf(stderr, "\rslm: reading weights [%.*s%*s] %3d%% %s", filled, "##############################",
+                   width - filled, "", pct, human_bytes(total).c_str());
+      if (pct == 100) std::fprintf(stderr, "\n");
+    } else if (shown_ < 0 || pct / 25 != shown_ / 25 || pct == 100) {
+      std::fprintf(stderr, "slm: reading weights: %d%% of %s\n", pct, human_bytes(total).c_str());
+    }
+    shown_ = pct;
+  }
+
+ private:
+  bool forced_, tty_;
+  int shown_ = -1;
+};
+
+// How the commands that run a model load its weights: read into private memory (the
+// default, so nothing done to the files while slm runs can reach it), or mapped with
+// --mmap (no copy; a weight file truncated or rewritten in place meanwhile kills slm with
+// SIGBUS or changes the model: for files nothing else writes). `progress` (slm run) is
+// told of the reading.
+slm::checkpoint_options load_options(const args& a, weight_progress* progress = nullptr) {
+  slm::checkpoint_options o;
+  if (a.has("mmap")) o.weights = slm::load_mode::map;
+  if (progress) o.progress = [progress](std::uint64_t done, std::uint64_t total) { (*progress)(done, total); };
+  return o;
+}
+
 int cmd_inspect(const args& a) {
   const std::string_view model = a.get("model", a.positional.empty() ? std::string_view{} : a.positional[0]);
   if (model.empty()) return usage_error("inspect needs --model DIR (or a .safetensors file)");
@@ -186,7 +234,7 @@ int cmd_inspect(const args& a) {
     return 0;
   }
   if (std::filesystem::is_regular_file(path, ec)) {
-    auto f = slm::safetensors::file::open(path);
+    auto f = slm::safetensors::file::open(path, {}, slm::load_mode::map);  // the header only, as open_metadata
     if (!f.ok()) return fail(f.error());
     std::printf("file      %s\n", path.string().c_str());
     for (const auto& [k, v] : f->header().metadata) std::printf("metadata  %s = %s\n", k.c_str(), v.c_str());
@@ -200,7 +248,7 @@ int cmd_inspect(const args& a) {
     std::printf("tokenizer %s\n          %s\n", (path / "tokenizer.json").string().c_str(), tok->summary().c_str());
     return 0;
   }
-  auto ck = slm::checkpoint::open(path);
+  auto ck = open_metadata(path);
   if (!ck.ok()) return fail(ck.error());
   std::printf("model     %s\n", path.string().c_str());
   print_config(ck->config());
@@ -218,7 +266,9 @@ int cmd_inspect(const args& a) {
   if (const auto* q = ck->hf_quant_config()) std::printf("quant     %s\n", slm::json::dump(*q).c_str());
   const slm::json::value& type = ck->config()["model_type"];
   if (type.is_string() && type.as_string() == "nam56r") {  // the specialist's layer table
-    auto m = slm::nam56r_model::load(path);
+    slm::checkpoint_options o;
+    o.weights = slm::load_mode::map;  // the layer table needs shapes, not weights
+    auto m = slm::nam56r_model::load(path, o);
     if (!m.ok()) return fail(m.error());
     print_layer_table(m->describe());
   }
@@ -297,26 +347,26 @@ std::size_t argmax(const float* v, std::size_t n) {  // the first maximum, as to
 // the config-driven decoder - and calls fn(model). The three share the session interface
 // the commands use (new_session, forward, vocab).
 template <class Fn>
-int with_model(std::string_view dir, Fn&& fn) {
+int with_model(std::string_view dir, const slm::checkpoint_options& opt, Fn&& fn) {
   const std::filesystem::path path{std::string(dir)};
   std::string type;
   {
-    auto ck = slm::checkpoint::open(path);
+    auto ck = open_metadata(path);
     if (!ck.ok()) return fail(ck.error());
     const slm::json::value& t = ck->config()["model_type"];
     if (t.is_string()) type = std::string(t.as_string());
   }
   if (type == "nam56r") {
-    auto m = slm::nam56r_model::load(path);
+    auto m = slm::nam56r_model::load(path, opt);
     if (!m.ok()) return fail(m.error());
     return fn(*m);
   }
   if (type == "nanochat") {
-    auto m = slm::nanochat_model::load(path);
+    auto m = slm::nanochat_model::load(path, opt);
     if (!m.ok()) return fail(m.error());
     return fn(*m);
   }
-  auto m = slm::model::load(path);
+  auto m = slm::model::load(path, opt);
   if (!m.ok()) return fail(m.error());
   return fn(*m);
 }
@@ -347,7 +397,7 @@ int cmd_logits(const args& a) {
   if (!pool.ok()) return usage_error(pool.error().message());
 
   std::vector<float> logits;  // [T, V]
-  const int rc = with_model(model, [&](const auto& m) -> int {
+  const int rc = with_model(model, load_options(a), [&](const auto& m) -> int {
     const std::size_t V = m.vocab();
     if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
     logits.resize(T * V);
@@ -476,44 +526,23 @@ slm::result<std::optional<slm::tokenizer>> load_tokenizer(const std::filesystem:
   return std::optional<slm::tokenizer>(std::move(*t));
 }
 
-// Reads every page of the checkpoint's shards once, so the first forward does not wait
-// on the disk (the model's own mapping shares these pages), showing progress: a bar on a
-// terminal, a plain line per quarter otherwise. Quiet for models under 64 MiB unless
-// --progress is given, so small runs stay clean.
-void read_weights_with_progress(const slm::checkpoint& ck, bool forced) {
-  std::uint64_t total = 0;
+// With --mmap the weights are not read at load: read every page of the model's shards
+// once (its own mapping), so the first forward does not wait on the disk, showing it as
+// the default load shows its reading.
+void touch_mapped_weights(const slm::checkpoint& ck, weight_progress& progress) {
+  if (ck.weights_mode() != slm::load_mode::map) return;
+  std::uint64_t total = 0, done = 0;
   for (const auto& f : ck.shards()) total += f.bytes().size();
-  if (!forced && total < (std::uint64_t{64} << 20)) return;
-  const bool tty = isatty(fileno(stderr)) != 0;
-  std::uint64_t done = 0;
-  int shown = -1;
   volatile unsigned char sink = 0;
-  auto report = [&] {
-    const int pct = static_cast<int>(total ? 100 * done / total : 100);
-    if (tty) {
-      const int width = 30, filled = width * pct / 100;
-      std::fprintf(stderr, "\rslm: reading weights [%.*s%*s] %3d%% %s", filled, "##############################", width - filled,
-                   "", pct, human_bytes(total).c_str());
-      if (pct == 100) std::fprintf(stderr, "\n");
-    } else if (pct / 25 != shown / 25 || pct == 100) {
-      std::fprintf(stderr, "slm: reading weights: %d%% of %s\n", pct, human_bytes(total).c_str());
-    }
-    shown = pct;
-  };
-  report();
   for (const auto& f : ck.shards()) {
     const auto bytes = f.bytes();
     for (std::size_t off = 0; off < bytes.size(); off += 4096) {
       sink = sink ^ static_cast<unsigned char>(bytes[off]);
       done += std::min<std::size_t>(4096, bytes.size() - off);
-      if ((off & ((std::size_t{16} << 20) - 1)) == 0) {
-        const int pct = static_cast<int>(100 * done / total);
-        if (pct != shown) report();
-      }
+      if ((off & ((std::size_t{16} << 20) - 1)) == 0) progress(done, total);
     }
   }
-  done = total;
-  if (shown != 100) report();
+  progress(total, total);
 }
 
 // slm run: generation. The prompt is text (--prompt, encoded with the model's tokenizer,
@@ -546,7 +575,7 @@ int cmd_run(const args& a) {
   if (!drafts.ok()) return usage_error(drafts.error().message());
 
   const std::filesystem::path dir{std::string(model)};
-  auto ck = slm::checkpoint::open(dir);
+  auto ck = open_metadata(dir);
   if (!ck.ok()) return fail(ck.error());
   auto sampling = parse_sampling(a, ck->generation_config());
   if (!sampling.ok()) return usage_error(sampling.error().message());
@@ -574,9 +603,10 @@ int cmd_run(const args& a) {
   if (!a.has("ignore-eos")) go.stop_tokens = stop_ids(*ck, t);
   go.stop_strings = a.all("stop");
   const bool stream = a.has("stream");
-  read_weights_with_progress(*ck, a.has("progress"));
+  weight_progress progress(a.has("progress"));  // the weights are read (or, --mmap, touched) before the first forward
 
-  return with_model(model, [&](const auto& m) -> int {
+  return with_model(model, load_options(a, &progress), [&](const auto& m) -> int {
+    touch_mapped_weights(m.weights(), progress);
     const std::size_t V = m.vocab();
     if (auto s = check_vocab(ids_mode ? "prompt-ids" : "prompt", prompt, V); !s.ok()) return usage_error(s.message());
     slm::compute_context cx{*pool};
@@ -824,7 +854,7 @@ int cmd_perplexity(const args& a) {
   auto docs = read_documents(a);
   if (!docs.ok()) return fail(docs.error());
 
-  return with_model(model, [&](const auto& m) -> int {
+  return with_model(model, load_options(a), [&](const auto& m) -> int {
     const std::size_t rows_per_token = m.vocab(), V = std::min(t.vocab_size(), rows_per_token);
     const std::size_t model_ctx = m.new_session(opt->session).max_tokens();
     const std::size_t ctx = std::min(*ctx_arg, model_ctx), stride = *stride_arg ? *stride_arg : ctx / 2;
@@ -992,11 +1022,11 @@ int cmd_bench_model(const args& a) {
   if (!ng.ok()) return usage_error(ng.error().message());
   auto opt = parse_run_options(a);
   if (!opt.ok()) return usage_error(opt.error().message());
-  auto ck = slm::checkpoint::open(dir);
+  auto ck = open_metadata(dir);
   if (!ck.ok()) return fail(ck.error());
   const std::uint64_t bytes_per_token = weight_bytes_per_token(*ck);
   const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
-  return with_model(a.get("model"), [&](const auto& m) -> int {
+  return with_model(a.get("model"), load_options(a), [&](const auto& m) -> int {
     const std::size_t V = m.vocab();
     std::vector<std::int32_t> ids(*np);
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
@@ -1254,7 +1284,7 @@ int cmd_ensemble(const args& a) {
   if (!pool.ok()) return usage_error(pool.error().message());
   slm::compute_context cx{*pool};
   cx.quantized_activations = opt->act;
-  auto e = slm::ensemble::ensemble::load(std::filesystem::path(std::string(config)));
+  auto e = slm::ensemble::ensemble::load(std::filesystem::path(std::string(config)), load_options(a));
   if (!e.ok()) return fail(e.error());
   if (sub == "route") return cmd_ensemble_route(a, *e, cx);
   if (sub == "calibrate") return cmd_ensemble_calibrate(a, *e, cx);
@@ -1344,6 +1374,10 @@ void print_help() {
       "                     (W4A16, the library's default, faster) or int8 (W4A8); dense weights\n"
       "                     always use f32\n"
       "  --threads N        worker threads (default: all)\n"
+      "  --mmap             map the weight files instead of reading them into memory (no copy,\n"
+      "                     shared pages; but a file truncated or rewritten in place while slm\n"
+      "                     runs kills it with SIGBUS: replace model files by rename); also for\n"
+      "                     run, perplexity, bench --model and ensemble\n"
       "\nrun options:\n"
       "  --model DIR        as for logits; its tokenizer.json encodes and decodes text\n"
       "  --prompt TEXT      the prompt as text (special tokens written in it count, unless\n"
@@ -1454,7 +1488,7 @@ int main(int argc, char** argv) {
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
                            key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings" ||
-                           key == "content-only";
+                           key == "content-only" || key == "mmap";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

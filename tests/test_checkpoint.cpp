@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <type_traits>
+
 #include "test_helpers.hpp"
 
 using slm::dtype;
@@ -167,4 +171,136 @@ TEST(Checkpoint, MovedCheckpointKeepsViews) {
   EXPECT_EQ(before->data(), after->data());
   std::vector<float> v(128);
   ASSERT_TRUE(after->to_f32(v).ok());
+}
+
+// ---- files that are not regular, and weights that change on disk ----------------------
+
+// A FIFO wherever a file is read is refused at once, never waited on: open() of a FIFO
+// for reading blocks until a writer comes, so each load runs on a thread with a limit
+// (returns_within releases a blocked reader, and the thread is joined either way).
+TEST(Checkpoint, FifosAreRefusedWithoutBlocking) {
+  slm_test::temp_dir d("fifo");
+  const auto fifo = d / "fifo";
+  ASSERT_TRUE(slm_test::make_fifo(fifo));
+  using namespace std::chrono_literals;
+  auto refused = [&](const auto& load, const std::vector<std::filesystem::path>& fifos) {
+    slm::status st;
+    const bool in_time = slm_test::returns_within(10s, fifos, [&] {
+      auto r = load();
+      if constexpr (std::is_same_v<std::decay_t<decltype(r)>, slm::status>) st = r;
+      else st = r.ok() ? slm::status{} : r.error();
+    });
+    EXPECT_TRUE(in_time) << "blocked on a FIFO";
+    return fails_with(st, errc::io_error, {"is not a regular file (a FIFO)"});
+  };
+  EXPECT_TRUE(refused([&] { return slm::read_text_file(fifo); }, {fifo}));
+  EXPECT_TRUE(refused([&] { return slm::read_file_prefix(fifo, 16); }, {fifo}));
+  for (slm::load_mode m : {slm::load_mode::read, slm::load_mode::map}) {
+    EXPECT_TRUE(refused([&] { return slm::mapped_file::open(fifo, m); }, {fifo}));
+    EXPECT_TRUE(refused([&] { return slm::safetensors::file::open(fifo, {}, m); }, {fifo}));
+  }
+  // Each file a checkpoint reads, a FIFO in turn (the others regular).
+  for (const char* name : {"config.json", "generation_config.json", "hf_quant_config.json", "model.safetensors",
+                           "model.safetensors.index.json"}) {
+    slm_test::temp_dir c(name);
+    if (std::string_view(name) != "config.json") {
+      ASSERT_TRUE(write_file(c / "config.json", kConfig));
+    }
+    if (std::string_view(name) != "model.safetensors") write_shard(c / "model.safetensors", {"w"}, 0);
+    ASSERT_TRUE(slm_test::make_fifo(c / name));
+    EXPECT_TRUE(refused([&] { return slm::checkpoint::open(c.path()); }, {c / name})) << name;
+  }
+  slm_test::temp_dir t("tokenizer");
+  ASSERT_TRUE(write_file(t / "config.json", kConfig));
+  write_shard(t / "model.safetensors", {"w"}, 0);
+  ASSERT_TRUE(slm_test::make_fifo(t / "tokenizer.json"));
+  auto ck = slm::checkpoint::open(t.path());
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  EXPECT_FALSE(ck->has_tokenizer());
+  EXPECT_TRUE(refused([&] { return ck->load_tokenizer_json(); }, {t / "tokenizer.json"}));
+}
+
+namespace {
+
+// A copy of the golden Llama in a scratch directory, whose weights the test may change.
+struct llama_copy {
+  slm_test::temp_dir dir{"llama"};
+  llama_copy() {
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(slm_test::test_data("golden/hf/llama") / f, dir / f);
+  }
+  std::filesystem::path weights() const { return dir / "model.safetensors"; }
+};
+
+std::vector<std::byte> tensor_bytes(const slm::checkpoint& ck, std::string_view name) {
+  auto t = ck.tensor(name);
+  EXPECT_TRUE(t.ok());
+  if (!t.ok()) return {};
+  return {t->bytes().begin(), t->bytes().end()};
+}
+
+}  // namespace
+
+// The default reads the weights into private memory: truncating the file, then writing
+// other bytes into it, changes nothing the checkpoint holds (mapped, the first would kill
+// the process with SIGBUS on the next touch, the second change the weights).
+TEST(Checkpoint, ReadWeightsAreImmuneToTheFile) {
+  llama_copy m;
+  std::uint64_t last_done = 0, last_total = 0;
+  std::size_t calls = 0;
+  slm::checkpoint_options o;
+  o.progress = [&](std::uint64_t done, std::uint64_t total) {
+    EXPECT_GE(done, last_done);
+    last_done = done, last_total = total;
+    ++calls;
+  };
+  auto ck = slm::checkpoint::open(m.dir.path(), o);
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  EXPECT_EQ(ck->weights_mode(), slm::load_mode::read);
+  EXPECT_EQ(ck->shards()[0].mode(), slm::load_mode::read);
+  const std::uint64_t file_size = std::filesystem::file_size(m.weights());
+  EXPECT_GE(calls, 1u);
+  EXPECT_EQ(last_done, file_size);
+  EXPECT_EQ(last_total, file_size);
+  const auto before = tensor_bytes(*ck, "model.embed_tokens.weight");
+  std::filesystem::resize_file(m.weights(), 0);
+  EXPECT_EQ(tensor_bytes(*ck, "model.embed_tokens.weight"), before);
+  ASSERT_TRUE(write_file(m.weights(), std::vector<std::byte>(static_cast<std::size_t>(file_size), std::byte{0x7f})));
+  EXPECT_EQ(tensor_bytes(*ck, "model.embed_tokens.weight"), before);
+  EXPECT_TRUE(ck->check_unchanged().ok());  // private bytes: nothing to check
+}
+
+// Mapped (a host's explicit choice), a change to the file since it was mapped is reported
+// by check_unchanged(), which model sessions call when they are created.
+TEST(Checkpoint, MappedWeightsDetectAChangedFile) {
+  llama_copy m;
+  slm::checkpoint_options o;
+  o.weights = slm::load_mode::map;
+  auto ck = slm::checkpoint::open(m.dir.path(), o);
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  EXPECT_EQ(ck->shards()[0].mode(), slm::load_mode::map);
+  EXPECT_TRUE(ck->check_unchanged().ok());
+  const auto id = ck->shards()[0].bytes().size();
+  EXPECT_EQ(id, std::filesystem::file_size(m.weights()));
+
+  // Grown in place (appending never faults the mapped range, so the test may do it).
+  {
+    std::FILE* f = std::fopen(m.weights().string().c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fputc(0, f);
+    std::fclose(f);
+  }
+  EXPECT_TRUE(fails_with(ck->check_unchanged(), errc::io_error, {"model.safetensors", "changed in place since it was mapped"}));
+  std::filesystem::resize_file(m.weights(), id);  // the old size again, but a new modification time
+  std::filesystem::last_write_time(m.weights(), std::filesystem::last_write_time(m.weights()) + std::chrono::seconds(2));
+  EXPECT_TRUE(fails_with(ck->check_unchanged(), errc::io_error, {"changed in place", "reload the model"}));
+
+  // Replaced by rename: the mapping keeps the old file, but the path names another.
+  auto ck2 = slm::checkpoint::open(m.dir.path(), o);
+  ASSERT_TRUE(ck2.ok());
+  std::filesystem::copy_file(m.weights(), m.dir / "new.tmp");
+  std::filesystem::rename(m.dir / "new.tmp", m.weights());
+  EXPECT_TRUE(fails_with(ck2->check_unchanged(), errc::io_error, {"replaced by another file since it was mapped"}));
+  std::filesystem::remove(m.weights());
+  EXPECT_TRUE(fails_with(ck2->check_unchanged(), errc::io_error, {"removed since it was mapped"}));
 }

@@ -696,6 +696,37 @@ TEST(Ensemble, BadRequestsAreErrors) {
   EXPECT_TRUE(fails_with(e.run(q, c.cx), errc::invalid_argument, {"max_new_tokens is 0"}));
 }
 
+// A request may override the config's strategy; refine and speculative take their members
+// from the config's strategy object, which was validated for the config's kind only. An
+// override the object cannot serve is an error before any work (it was a crash: an empty
+// optional dereferenced, members indexed out of bounds).
+TEST(Ensemble, StrategyOverridesTheConfigCannotServeAreErrors) {
+  REQUIRE_MODELS();
+  f32_context c;
+  const ensemble& e = shipped();  // strategy {"kind": "top1"}: no drafter, reviewer or target
+  EXPECT_TRUE(fails_with(e.run(make_request(cpp_prompt, strategy_kind::speculative), c.cx), errc::invalid_argument,
+                         {"strategy \"speculative\"", "needs strategy.drafter", "kind \"top1\""}));
+  EXPECT_TRUE(fails_with(e.run(make_request(cpp_prompt, strategy_kind::refine), c.cx), errc::invalid_argument,
+                         {"strategy \"refine\"", "needs strategy.drafter"}));
+  config_dir cd;
+  // speculative's object names a drafter but no reviewer: refine cannot run from it, and
+  // refine's names no target.
+  auto spec = cd.load(config_json(classifier_router_json, R"({"kind": "speculative", "drafter": "cmake", "target": "cpp"})"));
+  ASSERT_TRUE(spec.ok()) << spec.message();
+  EXPECT_TRUE(fails_with(spec->run(make_request(cpp_prompt, strategy_kind::refine), c.cx), errc::invalid_argument,
+                         {"needs strategy.reviewer", "kind \"speculative\""}));
+  auto ref = cd.load(config_json(classifier_router_json, R"({"kind": "refine", "drafter": "shell", "reviewer": "cpp"})"));
+  ASSERT_TRUE(ref.ok()) << ref.message();
+  EXPECT_TRUE(fails_with(ref->run(make_request(cpp_prompt, strategy_kind::speculative), c.cx), errc::invalid_argument,
+                         {"needs strategy.target"}));
+  // Overrides the object can serve still run: refine's drafter and reviewer, top1 from anything.
+  auto both = cd.load(config_json(classifier_router_json, R"({"kind": "refine", "drafter": "shell", "reviewer": "cpp"})"));
+  ASSERT_TRUE(both.ok()) << both.message();
+  auto top1 = both->run(make_request(cpp_prompt, strategy_kind::top1), c.cx);
+  ASSERT_TRUE(top1.ok()) << top1.message();
+  EXPECT_EQ(top1->strategy, strategy_kind::top1);
+}
+
 TEST(Ensemble, BadConfigsAreErrors) {
   REQUIRE_MODELS();
   config_dir cd;

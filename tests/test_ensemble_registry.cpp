@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -93,6 +94,15 @@ TEST(EnsembleConfig, ParsesTheGoodFile) {
   ASSERT_TRUE(f.ok()) << f.error().message();
   EXPECT_EQ(f->memory_budget_bytes, 0u);
   EXPECT_EQ(f->members[2].dir, cd.dir / "models/nam56r-shell-10m");
+  // A FIFO named as the config is refused at once, not waited on (open() would block
+  // until a writer comes; the load runs on a thread with a limit).
+  ASSERT_TRUE(slm_test::make_fifo(cd.dir / "fifo.json"));
+  slm::status fifo;
+  EXPECT_TRUE(slm_test::returns_within(std::chrono::seconds(10), {cd.dir / "fifo.json"}, [&] {
+    auto r = ensemble_config::load(cd.dir / "fifo.json");
+    fifo = r.ok() ? slm::status{} : r.error();
+  })) << "blocked on a FIFO";
+  EXPECT_TRUE(fails_with(fifo, errc::io_error, {"fifo.json", "is not a regular file (a FIFO)"}));
   ASSERT_TRUE(slm_test::write_file(cd.dir / "bad.json", edited("\"temperature\": 0.9", "\"temperature\": -1")));
   EXPECT_TRUE(fails_with(ensemble_config::load(cd.dir / "bad.json"), errc::invalid_argument,
                          {"bad.json: members[1].temperature: must be > 0", "got -1"}));

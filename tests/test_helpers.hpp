@@ -3,13 +3,20 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "slm/parallel.hpp"
@@ -101,6 +108,34 @@ inline bool write_file(const std::filesystem::path& p, const void* data, std::si
 inline bool write_file(const std::filesystem::path& p, std::string_view s) { return write_file(p, s.data(), s.size()); }
 inline bool write_file(const std::filesystem::path& p, const std::vector<std::byte>& b) {
   return write_file(p, b.data(), b.size());
+}
+
+// A FIFO at p (true on success).
+inline bool make_fifo(const std::filesystem::path& p) { return ::mkfifo(p.c_str(), 0600) == 0; }
+
+// Runs fn() on a thread and says whether it returned within `limit`. A call that blocks
+// opening one of `fifos` for reading (the defect this guards against) is released after
+// the limit by opening them for writing and closing them again, so the thread is always
+// joined and a failing test still ends.
+template <class Fn>
+bool returns_within(std::chrono::milliseconds limit, const std::vector<std::filesystem::path>& fifos, Fn&& fn) {
+  std::atomic<bool> done{false};
+  std::thread t([&] {
+    fn();
+    done = true;
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!done && std::chrono::steady_clock::now() - t0 < limit) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const bool in_time = done;
+  while (!done) {  // release a reader blocked in open(): a writer appears and leaves
+    for (const auto& f : fifos) {
+      const int fd = ::open(f.c_str(), O_WRONLY | O_NONBLOCK);
+      if (fd >= 0) ::close(fd);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  t.join();
+  return in_time;
 }
 
 // Pools of 2 and 3 threads shared by a test binary (3 on a 2-core machine checks that

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -165,6 +166,73 @@ TEST_P(Models, MlaExpandedAndAbsorbedFormsAgree) {
   std::printf("[ figures  ] %s MLA expanded vs absorbed: max |diff| %.3g\n", GetParam(), c.max_err);
   EXPECT_LE(c.max_err, 1e-4 * c.max_ref);
   EXPECT_EQ(c.argmax_mismatches, 0u);
+}
+
+// ---- weights that change on disk while the model runs --------------------------------
+
+// The golden Llama copied to a scratch directory, whose weight file a test may change.
+struct llama_copy {
+  slm_test::temp_dir dir{"llama"};
+  llama_copy() {
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(slm_test::test_data("golden/hf/llama") / f, dir / f);
+  }
+  std::filesystem::path weights() const { return dir / "model.safetensors"; }
+};
+
+// The golden ids' logits [T, V] through a fresh session (empty on error).
+template <class Model>
+std::vector<float> golden_logits(const Model& m, const golden& g, slm::status* error = nullptr) {
+  slm::serial_executor ex;
+  slm::compute_context cx{ex};
+  auto s = m.new_session();
+  std::vector<float> out(g.ids.size() * g.V);
+  slm::status st = s.forward(g.ids, g.ids.size(), out.data(), cx);
+  if (error) *error = st;
+  EXPECT_TRUE(error || st.ok()) << st.message();
+  return st.ok() ? out : std::vector<float>{};
+}
+
+// The default load reads the weights into private memory: the model gives the same
+// logits, bit for bit, after its file is truncated and after it is overwritten with other
+// bytes (mapped, the first killed the process with SIGBUS and the second changed the
+// "immutable" model).
+TEST(ModelWeights, ReadModelSurvivesItsFileChanging) {
+  llama_copy c;
+  const golden g = read_golden(slm_test::test_data("golden/hf/llama"));
+  auto m = slm::model::load(c.dir.path());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const std::vector<float> before = golden_logits(*m, g);
+  ASSERT_FALSE(before.empty());
+  const comparison ref = compare_rows(before.data(), g.logits_full.data(), g.ids.size(), g.V);
+  EXPECT_LE(ref.max_err, 1e-3 * ref.max_ref);
+  const auto size = static_cast<std::size_t>(std::filesystem::file_size(c.weights()));
+  std::filesystem::resize_file(c.weights(), 0);
+  EXPECT_EQ(golden_logits(*m, g), before);
+  ASSERT_TRUE(slm_test::write_file(c.weights(), std::vector<std::byte>(size, std::byte{0x3c})));
+  EXPECT_EQ(golden_logits(*m, g), before);
+}
+
+// Mapped (load_mode::map, a host's explicit choice), a session created after the file
+// changed is refused: its forward() returns the error, and usable() says so at once.
+TEST(ModelWeights, MappedModelRefusesSessionsOnAChangedFile) {
+  llama_copy c;
+  const golden g = read_golden(slm_test::test_data("golden/hf/llama"));
+  slm::checkpoint_options o;
+  o.weights = slm::load_mode::map;
+  auto m = slm::model::load(c.dir.path(), o);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_EQ(golden_logits(*m, g).size(), g.ids.size() * g.V);
+  {  // grown in place: never faults the mapped range, but the file is not the one mapped
+    std::FILE* f = std::fopen(c.weights().string().c_str(), "ab");
+    ASSERT_NE(f, nullptr);
+    std::fputc(0, f);
+    std::fclose(f);
+  }
+  EXPECT_TRUE(slm_test::fails_with(m->new_session().usable(), slm::errc::io_error, {"changed in place since it was mapped"}));
+  slm::status st;
+  EXPECT_TRUE(golden_logits(*m, g, &st).empty());
+  EXPECT_TRUE(slm_test::fails_with(st, slm::errc::io_error, {"model.safetensors", "reload the model"}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Models,

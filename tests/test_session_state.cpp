@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -544,6 +545,12 @@ TEST_P(SessionState, StateFileRoundTrip) {
   EXPECT_TRUE(slm_test::fails_with(slm::load_state_file(r, dir / "cut.bin"), slm::errc::format_error,
                                    {"cut.bin", "session state", "truncated"}));
   EXPECT_TRUE(slm_test::fails_with(slm::load_state_file(r, dir), slm::errc::io_error, {"not a regular file"}));
+  ASSERT_TRUE(slm_test::make_fifo(dir / "fifo.bin"));  // refused at once, not waited on (a thread with a limit)
+  slm::status fifo;
+  EXPECT_TRUE(slm_test::returns_within(std::chrono::seconds(10), {dir / "fifo.bin"},
+                                       [&] { fifo = slm::load_state_file(r, dir / "fifo.bin"); }))
+      << "blocked on a FIFO";
+  EXPECT_TRUE(slm_test::fails_with(fifo, slm::errc::io_error, {"fifo.bin", "is not a regular file (a FIFO)"}));
   EXPECT_EQ(save(r), mine);
   EXPECT_TRUE(slm_test::fails_with(slm::save_state_file(s, dir / "no_such_dir" / "state.bin"), slm::errc::io_error,
                                    {"no_such_dir", "state.bin.tmp", "cannot create"}));

@@ -6,8 +6,10 @@
 // tools/tokenizer/train_tokenizers.py. Exact equality: tokenization is discrete.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -327,6 +329,24 @@ TEST(Tokenizer, BadFilesAreClearErrors) {
   EXPECT_EQ(out.error().code(), slm::errc::out_of_range);
   slm::detokenizer d(*tok);
   EXPECT_FALSE(d.push(-1).ok());
+}
+
+// A FIFO named tokenizer.json (or tokenizer_config.json) is refused at once: opening a
+// FIFO to read blocks until a writer comes, so the loads run on a thread with a limit.
+TEST(Tokenizer, FifoIsRefusedWithoutBlocking) {
+  using namespace std::chrono_literals;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    slm_test::temp_dir d(name);
+    if (std::string_view(name) != "tokenizer.json")
+      std::filesystem::copy_file(data_dir / "golden/gpt2_bytelevel/tokenizer.json", d / "tokenizer.json");
+    ASSERT_TRUE(slm_test::make_fifo(d / name));
+    slm::status st;
+    EXPECT_TRUE(slm_test::returns_within(10s, {d / name}, [&] {
+      auto t = slm::tokenizer::load_dir(d.path());
+      st = t.ok() ? slm::status{} : t.error();
+    })) << name << ": blocked on a FIFO";
+    EXPECT_TRUE(slm_test::fails_with(st, slm::errc::io_error, {name, "is not a regular file (a FIFO)"}));
+  }
 }
 
 TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {

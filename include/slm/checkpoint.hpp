@@ -8,16 +8,21 @@
 //   hf_quant_config.json              optional: NVIDIA ModelOpt quantization description
 //   tokenizer.json                    optional: parsed on request (it can be large)
 //
-// Opening a checkpoint maps every shard and validates every header, so a bad file is
-// reported at load time with its name, never discovered mid-generation. No tensor data
-// is copied or even touched. A checkpoint is immutable once opened and can be shared
-// by any number of threads and sessions.
+// Opening a checkpoint reads every shard into private memory (checkpoint_options::weights;
+// or maps it) and validates every header, so a bad file is reported at load time with its
+// name, never discovered mid-generation. Read, the weights cost RAM equal to the shards
+// and nothing done to the files afterwards reaches the model; mapped, they cost nothing
+// up front but the model is only as immutable as the files (mapped_file.hpp): update a
+// model by writing a new file and renaming it over the old one, never in place. A
+// checkpoint is immutable once opened and can be shared by any number of threads and
+// sessions.
 #pragma once
 #include "slm/build_mode.hpp"
 
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +43,14 @@ struct checkpoint_options {
   safetensors::limits limits;
   std::size_t max_json_bytes = 64u << 20;  // config files; tokenizer.json has its own limit below
   std::size_t max_tokenizer_bytes = 256u << 20;
+  // How the shards come into memory (mapped_file.hpp). read: private memory, immune to the
+  // files changing on disk. map: no copy and shared pages, for a host that knows its model
+  // files are never truncated or rewritten in place while it runs (either kills it with
+  // SIGBUS or changes the model under it); sessions refuse a changed shard.
+  load_mode weights = load_mode::read;
+  // Called as the shards are read (load_mode::read) with (bytes read so far, bytes of all
+  // shards); only during open(), never kept.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress;
 };
 
 class checkpoint {
@@ -86,6 +99,13 @@ class checkpoint {
   // Bytes of tensor data across all shards.
   std::uint64_t data_bytes() const noexcept;
 
+  // How the shards came into memory (checkpoint_options::weights).
+  load_mode weights_mode() const noexcept { return opt_.weights; }
+  // Mapped shards: an error naming the first shard whose file changed since it was mapped
+  // (mapped_file::check_unchanged). Always ok for read shards. Sessions call it when they
+  // are created.
+  status check_unchanged() const;
+
  private:
   static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes);
   static status read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
@@ -96,7 +116,8 @@ class checkpoint {
   // separators, no "..", so a hostile index cannot make us map files elsewhere.
   static bool plain_file_name(std::string_view s) noexcept;
 
-  status open_shard(const std::filesystem::path& path);
+  // Opens the shards in this order, reporting progress over all of them.
+  status open_shards(std::span<const std::filesystem::path> paths);
 
   status open_weights();
 
@@ -134,6 +155,7 @@ SLM_INLINE result<checkpoint> checkpoint::open(const std::filesystem::path& dir,
   SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
   SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
   SLM_TRY(c.open_weights());
+  c.opt_.progress = nullptr;  // the caller's callback is not kept past open()
   return c;
 }
 
@@ -152,6 +174,11 @@ SLM_INLINE std::uint64_t checkpoint::data_bytes() const noexcept {
   std::uint64_t n = 0;
   for (const auto& e : entries_) n += info(e).end - info(e).begin;
   return n;
+}
+
+SLM_INLINE status checkpoint::check_unchanged() const {
+  for (const auto& f : shards_) SLM_TRY(f.check_unchanged());
+  return {};
 }
 
 SLM_INLINE result<json::value> checkpoint::read_json(const std::filesystem::path& path, std::size_t max_bytes) {
@@ -179,10 +206,24 @@ SLM_INLINE bool checkpoint::plain_file_name(std::string_view s) noexcept {
          s.find('\0') == s.npos && s.find(':') == s.npos;
 }
 
-SLM_INLINE status checkpoint::open_shard(const std::filesystem::path& path) {
-  auto f = safetensors::file::open(path, opt_.limits);
-  if (!f.ok()) return std::move(f).take_error();
-  shards_.push_back(std::move(*f));
+SLM_INLINE status checkpoint::open_shards(std::span<const std::filesystem::path> paths) {
+  std::uint64_t total = 0, done = 0;
+  if (opt_.progress) {
+    for (const auto& p : paths) {
+      std::error_code ec;
+      const auto n = std::filesystem::file_size(p, ec);
+      if (!ec) total += n;  // a file that cannot be sized fails in open() below
+    }
+  }
+  read_progress each;
+  if (opt_.progress && opt_.weights == load_mode::read)
+    each = [&](std::size_t n) { opt_.progress(done += n, std::max(total, done)); };
+  shards_.reserve(paths.size());
+  for (const auto& p : paths) {
+    auto f = safetensors::file::open(p, opt_.limits, opt_.weights, each);
+    if (!f.ok()) return std::move(f).take_error();
+    shards_.push_back(std::move(*f));
+  }
   return {};
 }
 
@@ -191,7 +232,8 @@ SLM_INLINE status checkpoint::open_weights() {
   const auto index_path = dir_ / "model.safetensors.index.json";
   if (std::filesystem::exists(index_path, ec)) return open_indexed(index_path);
   if (std::filesystem::exists(dir_ / "model.safetensors", ec)) {
-    SLM_TRY(open_shard(dir_ / "model.safetensors"));
+    const std::filesystem::path one[] = {dir_ / "model.safetensors"};
+    SLM_TRY(open_shards(one));
     return index_all_shards();
   }
   std::vector<std::filesystem::path> files;
@@ -206,7 +248,7 @@ SLM_INLINE status checkpoint::open_weights() {
                       ": no weights (expected model.safetensors, model.safetensors.index.json or *.safetensors)");
   }
   std::sort(files.begin(), files.end());
-  for (const auto& p : files) SLM_TRY(open_shard(p));
+  SLM_TRY(open_shards(files));
   return index_all_shards();
 }
 
@@ -240,8 +282,9 @@ SLM_INLINE status checkpoint::open_indexed(const std::filesystem::path& index_pa
       shard_names.emplace_back(file);
   }
   std::sort(shard_names.begin(), shard_names.end());
-  shards_.reserve(shard_names.size());
-  for (const auto& name : shard_names) SLM_TRY(open_shard(dir_ / name));
+  std::vector<std::filesystem::path> paths;
+  for (const auto& name : shard_names) paths.push_back(dir_ / name);
+  SLM_TRY(open_shards(paths));
   for (const json::member& m : map->members()) {
     const std::string_view file = m.val.as_string();
     const auto s = static_cast<std::uint32_t>(

@@ -258,7 +258,13 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
   if (opt.format != weight_format::nvfp4 && opt.format != weight_format::mxfp4 && opt.format != weight_format::fp8_e4m3 &&
       opt.format != weight_format::bf16)
     return make_error(errc::invalid_argument, "cannot convert to ", to_string(opt.format), " (nvfp4, mxfp4, fp8 or bf16)");
-  auto ck = checkpoint::open(in);
+  // The input is mapped, not read: a conversion touches each tensor once, so memory stays
+  // at about one tensor, not the whole model. Each output shard is renamed into place only
+  // if its input shard is still the file that was mapped (a file rewritten in place under
+  // a mapping changes the bytes mid-read; truncated, it kills the converter, never a host).
+  checkpoint_options copt;
+  copt.weights = load_mode::map;
+  auto ck = checkpoint::open(in, copt);
   if (!ck.ok()) return std::move(ck).take_error();
   if (ck->quantization_config() || ck->hf_quant_config())
     return make_error(errc::unsupported, in.string(), " is already quantized; convert from the original weights");
@@ -404,6 +410,7 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
         reports.push_back(std::move(rep));
       }
     }
+    SLM_TRY(shard.check_unchanged());
     SLM_TRY(stream->finish());
   }
 

@@ -320,9 +320,12 @@ class decoder {
    public:
     using cache = typename Attention::cache;
 
-    explicit session(const decoder& m, session_options o = {}) : m_(&m), opt_(o) {
+    explicit session(const decoder& m, session_options o = {})
+        : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
       if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20);
     }
+    // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
+    const status& usable() const noexcept { return weights_; }
 
     std::size_t position() const noexcept { return pos_; }
     std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
@@ -399,6 +402,10 @@ class decoder {
 
     const decoder* m_;
     session_options opt_;
+    // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
+    // rewritten in place: the weights are no longer the ones loaded, and a truncated
+    // file faults) is refused here, once per session: forward() returns the error.
+    status weights_;
     std::vector<typename Attention::cache> caches_;
     workspace ws_;
     floats x_, h_, y_;
@@ -510,6 +517,7 @@ status decoder<Attention, Ffn, Norm, Format>::check_format(const checkpoint& ck,
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
 status decoder<Attention, Ffn, Norm, Format>::session::forward(
     std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+  SLM_TRY(weights_);
   const model_config& c = m_->cfg_;
   const std::size_t T = ids.size(), d = c.hidden;
   if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");

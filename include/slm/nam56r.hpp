@@ -207,9 +207,12 @@ class nam56r_model {
 
 class nam56r_model::session : public blob_session_state<nam56r_model::session> {
  public:
-  explicit session(const nam56r_model& m, session_options o = {}) : m_(&m), opt_(o) {
+  explicit session(const nam56r_model& m, session_options o = {})
+      : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
     if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_position_embeddings;
   }
+  // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
+  const status& usable() const noexcept { return weights_; }
 
   std::size_t position() const noexcept { return pos_; }
   std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
@@ -289,6 +292,10 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
 
   const nam56r_model* m_;
   session_options opt_;
+  // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
+  // rewritten in place: the weights are no longer the ones loaded, and a truncated
+  // file faults) is refused here, once per session: forward() and draft() return the error.
+  status weights_;
   std::size_t pos_ = 0;
   bool ready_ = false;
   state st_;
@@ -795,6 +802,7 @@ SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> i
 SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                  compute_context& cx, const structure_inputs& side,
                                                  std::size_t hidden_rows, float* hidden) {
+  SLM_TRY(weights_);
   const nam56r_config& c = m_->cfg_;
   const std::size_t T = ids.size();
   if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
@@ -848,6 +856,7 @@ SLM_INLINE status nam56r_model::session::rollback(std::size_t n) {
 }
 
 SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> next, float* logits, compute_context& cx) {
+  SLM_TRY(weights_);
   const nam56r_config& c = m_->cfg_;
   const std::size_t m = next.size(), D = m_->mtp_.size(), d = c.hidden_size, p = pos_;
   if (D == 0) return make_error(errc::unsupported, "draft: the model has no MTP layers");

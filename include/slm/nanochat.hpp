@@ -336,10 +336,13 @@ class nanochat_model::session : public blob_session_state<nanochat_model::sessio
   friend class blob_session_state<session>;
 
  public:
-  explicit session(const nanochat_model& m, session_options o = {}) : m_(&m), opt_(o) {
+  explicit session(const nanochat_model& m, session_options o = {})
+      : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
     // nanochat precomputes RoPE for 10 x sequence_len positions and asserts beyond.
     if (opt_.max_tokens == 0) opt_.max_tokens = 10 * m.cfg_.sequence_len;
   }
+  // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
+  const status& usable() const noexcept { return weights_; }
 
   std::size_t position() const noexcept { return seq_.pos; }
   std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
@@ -375,6 +378,10 @@ class nanochat_model::session : public blob_session_state<nanochat_model::sessio
 
   const nanochat_model* m_;
   session_options opt_;
+  // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
+  // rewritten in place: the weights are no longer the ones loaded, and a truncated
+  // file faults) is refused here, once per session: forward() returns the error.
+  status weights_;
   sequence seq_;
   bool ready_ = false;
 };
@@ -1113,6 +1120,7 @@ SLM_INLINE status nanochat_model::check_ids(std::span<const std::int32_t> ids) c
 
 SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                    compute_context& cx) {
+  SLM_TRY(weights_);
   const std::size_t T = ids.size();
   if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
   if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
@@ -1270,6 +1278,7 @@ SLM_INLINE status nanochat_model::session::load_impl(std::span<const std::byte> 
 
 SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t> ids, float* logits,
                                                    compute_context& cx) const {
+  SLM_TRY(ck_->check_unchanged());  // as a session would (a changed mapped checkpoint)
   if (ids.empty()) return make_error(errc::invalid_argument, "forward_uncached: no tokens");
   if (!logits) return make_error(errc::invalid_argument, "forward_uncached: logits is null");
   SLM_TRY(check_ids(ids));

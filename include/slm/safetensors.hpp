@@ -86,11 +86,15 @@ status parse_entry(const std::string& name, const json::value& entry, tensor_inf
 // the data section's size is checked against it). The fuzz target's entry point.
 result<header> parse_header(std::span<const std::byte> file, const limits& lim = {});
 
-// A validated safetensors file: its header, and its bytes (a mapping it owns, or a span
-// the caller keeps alive). Immutable; share it across threads freely.
+// A validated safetensors file: its header, and its bytes (read into memory it owns, a
+// mapping it owns, or a span the caller keeps alive). Immutable; share it across threads
+// freely.
 class file {
  public:
-  static result<file> open(const std::filesystem::path& path, const limits& lim = {});
+  // Read into private memory by default; load_mode::map maps it instead (mapped_file.hpp
+  // has what that risks).
+  static result<file> open(const std::filesystem::path& path, const limits& lim = {}, load_mode how = load_mode::read,
+                           const read_progress& progress = {});
 
   // Borrow bytes the caller owns (an embedded model, a host's own mapping).
   static result<file> from_memory(std::span<const std::byte> bytes, std::string name = "<memory>", const limits& lim = {});
@@ -100,6 +104,10 @@ class file {
   std::span<const tensor_info> tensors() const noexcept { return header_.tensors; }
   const tensor_info* find(std::string_view name) const noexcept { return header_.find(name); }
   std::span<const std::byte> bytes() const noexcept { return bytes_; }
+  // How open() brought the bytes in (read for from_memory).
+  load_mode mode() const noexcept { return mapping_.mode(); }
+  // A mapped file still the one mapped (mapped_file::check_unchanged); ok otherwise.
+  status check_unchanged() const { return mapping_.check_unchanged(); }
 
   tensor_view view(const tensor_info& t) const noexcept {
     return tensor_view(t.type, t.shape, bytes_.data() + header_.data_offset + t.begin);
@@ -308,8 +316,9 @@ SLM_INLINE result<header> parse_header(std::span<const std::byte> file, const li
   return h;
 }
 
-SLM_INLINE result<file> file::open(const std::filesystem::path& path, const limits& lim) {
-  auto m = mapped_file::open(path);
+SLM_INLINE result<file> file::open(const std::filesystem::path& path, const limits& lim, load_mode how,
+                                   const read_progress& progress) {
+  auto m = mapped_file::open(path, how, progress);
   if (!m.ok()) return std::move(m).take_error();
   auto h = parse_header(m->bytes(), lim);
   if (!h.ok()) return std::move(h).take_error().with_context(path.string());

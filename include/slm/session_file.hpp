@@ -5,7 +5,7 @@
 //   save_state_file(session, path)   streams session.save() into path + ".tmp", then
 //                                    renames it over path: a reader never sees a partial
 //                                    file, and a failed save leaves any previous file;
-//   load_state_file(session, path)   maps the file and calls session.load() on its bytes,
+//   load_state_file(session, path)   reads the file and calls session.load() on its bytes,
 //                                    so every check of load() applies and on any error
 //                                    the session is unchanged.
 // Errors name the path (io_error for the file system, load()'s codes for the contents).

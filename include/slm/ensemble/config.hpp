@@ -179,6 +179,13 @@ struct ensemble_config {
     return from_json(doc, base_dir, options{});
   }
 
+  // Whether the strategy object gives kind `k` what it needs. A request may run another
+  // strategy than the config's kind (request::strategy, `--strategy`): refine and
+  // speculative then still take their members from this object, so every request's kind
+  // is checked here, not only the config's own: the keys of k's table that the object
+  // holds must pass k's rules, and k's required keys must be present.
+  status check_strategy(strategy_kind k) const;
+
  private:
   static status invalid(std::string_view where, std::string_view what) {
     return make_error(errc::invalid_argument, where, ": ", what);
@@ -485,6 +492,25 @@ SLM_INLINE status ensemble_config::parse_router(const json::value& r, const opti
   if (const json::value* m = r.find("member")) router.member = std::string(m->as_string());
   if (const json::value* c = r.find("cue")) router.cue = std::string(c->as_string());
   if (const json::value* x = r.find("rules")) router.rules = *x;
+  return {};
+}
+
+SLM_INLINE status ensemble_config::check_strategy(strategy_kind k) const {
+  static constexpr std::string_view names[] = {"top1", "top2", "cascade", "vote", "refine", "mix", "speculative"};
+  const std::string_view kind = names[static_cast<std::size_t>(k)], own = names[static_cast<std::size_t>(strategy.kind)];
+  options o;
+  o.check_paths = false;  // strategy keys name members, never files
+  for (const key_rule& r : allowed_strategy_keys(k)) {
+    const json::value* v = strategy.params.find(r.key);
+    if (!v) {
+      if (r.required)
+        return invalid(cat("strategy \"", kind, "\""),
+                       cat("needs strategy.", r.key, ", which the config's strategy (kind \"", own, "\") does not set"));
+      continue;
+    }
+    if (status st = check_key(*v, r, cat("strategy.", r.key), o); !st.ok())
+      return std::move(st).with_context(cat("strategy \"", kind, "\""));
+  }
   return {};
 }
 

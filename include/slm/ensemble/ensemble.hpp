@@ -120,7 +120,8 @@ class ensemble {
   // The strategies' view of the held members (and their names, for response::members).
   static std::vector<member_ref> views(const std::vector<held_member>& held, std::vector<std::string>* names);
 
-  std::size_t member_index(std::string_view name) const { return *cfg_.find(name); }  // validated by config
+  // Validated: by the config for its own kind, by run() (check_strategy) for a request's.
+  std::size_t member_index(std::string_view name) const { return *cfg_.find(name); }
 
   // Members named by a strategy key ("order"), else the router's ranking.
   std::vector<std::size_t> ordered(const route_decision& d, std::string_view key) const;
@@ -263,6 +264,11 @@ SLM_INLINE result<response> ensemble::run(const request& q, compute_context& cx)
   if (q.max_new_tokens == 0) return make_error(errc::invalid_argument, "ensemble: max_new_tokens is 0");
   response r;
   r.strategy = q.strategy.value_or(cfg_.strategy.kind);
+  // Before any work: dispatch() takes the members of refine and speculative from the
+  // config's strategy object, which was validated for the config's own kind only.
+  if (q.strategy) {
+    if (status st = cfg_.check_strategy(r.strategy); !st.ok()) return std::move(st).with_context("ensemble");
+  }
   auto d = route(route_request{q.prompt, q.file_name}, cx);
   if (!d.ok()) return std::move(d).take_error().with_context("routing");
   r.route = std::move(*d);

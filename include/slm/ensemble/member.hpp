@@ -70,8 +70,9 @@ class member_model {
   member_session new_session(session_options o = {}) const;
   const variant& get() const noexcept { return *m_; }
 
-  // Bytes of the checkpoint's *.safetensors files: what loading maps, the registry's unit
-  // of account (the mapped weights dominate a loaded member; sessions are counted apart).
+  // Bytes of the checkpoint's *.safetensors files: what loading reads (or maps), the
+  // registry's unit of account (the weights dominate a loaded member; sessions are counted
+  // apart).
   static result<std::uint64_t> weight_file_bytes(const std::filesystem::path& dir);
 
  private:

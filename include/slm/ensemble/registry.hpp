@@ -1,12 +1,13 @@
-// slm/ensemble/registry.hpp - the ensemble's members, mapped on demand under a memory budget.
+// slm/ensemble/registry.hpp - the ensemble's members, loaded on demand under a memory budget.
 //
 //   auto reg = slm::ensemble::registry::from_config(cfg);        // result<registry>; loads nothing
 //   auto m = reg->acquire(reg->find("cpp").value());              // result<shared_ptr<const loaded_member>>
 //   auto s = (*m)->model.new_session();                           // the caller's session
 //
-// Lazy: a member is loaded (member_model::load: the weights are mapped, not copied) on its
-// first acquire(). Accounting, in bytes: each resident member's *.safetensors files
-// (member_model::weight_file_bytes: what the mapping holds) plus each distinct tokenizer
+// Lazy: a member is loaded (member_model::load: the weights read into memory, or mapped
+// with checkpoint_options::weights = load_mode::map) on its first acquire(). Accounting, in
+// bytes: each resident member's *.safetensors files (member_model::weight_file_bytes: what
+// loading reads or maps) plus each distinct tokenizer
 // file of the resident members, counted once. Tokenizers are shared: members naming the
 // same tokenizer file (after std::filesystem::canonical, so the demo's symlinks to one
 // tokenizer.json count as one) get one shared_ptr<const tokenizer>.
@@ -21,8 +22,9 @@
 // members unloaded (they load again on their next acquire).
 //
 // Threads: one mutex guards the table, and the load runs under it. That is deliberate:
-// a load maps files and parses config.json and tokenizer.json (milliseconds for the demo,
-// no weight copies), so holding the lock is cheap, and it makes "never load a member
+// a load reads the weight files and parses config.json and tokenizer.json (milliseconds
+// for the demo's 6-8 MB members; a mapped load copies nothing), so holding the lock is
+// cheap at this scale, and it makes "never load a member
 // twice at once" and "the budget holds at every instant" true by construction, with no
 // in-flight bookkeeping. Acquiring a resident member takes the lock only to bump its
 // recency. Sessions and generation run outside the lock on the caller's threads.

@@ -19,7 +19,6 @@
 #include "slm/build_mode.hpp"
 
 #include <filesystem>
-#include <fstream>
 
 // router.hpp's shared types only, not the perplexity router (and so not the models).
 #ifndef SLM_ENSEMBLE_ROUTER_TYPES_ONLY
@@ -30,6 +29,7 @@
 #include "slm/ensemble/router.hpp"
 #endif
 #include "slm/json.hpp"
+#include "slm/mapped_file.hpp"
 #include "slm/safetensors.hpp"
 
 namespace slm::ensemble {
@@ -390,12 +390,9 @@ SLM_INLINE result<classifier_router> train_classifier_from_directory(const std::
     if (files.empty()) return make_error(errc::not_found, dirs[l].string(), ": no files for label \"", labels.back(), "\"");
     if (max_files_per_label && files.size() > max_files_per_label) files.resize(max_files_per_label);
     for (const auto& p : files) {
-      std::ifstream in(p, std::ios::binary);
-      if (!in) return make_error(errc::io_error, p.string(), ": cannot open");
-      std::string text(opt.features.max_bytes, '\0');
-      in.read(text.data(), static_cast<std::streamsize>(text.size()));
-      text.resize(static_cast<std::size_t>(in.gcount()));
-      texts.push_back(std::move(text));
+      auto text = read_file_prefix(p, opt.features.max_bytes);  // refuses a FIFO without blocking
+      if (!text.ok()) return std::move(text).take_error();
+      texts.push_back(std::move(*text));
       label_of.push_back(l);
     }
   }

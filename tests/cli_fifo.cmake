@@ -1,0 +1,42 @@
+# ctest driver: a FIFO wherever slm reads a file is refused at once with "is not a
+# regular file", never waited on (open() of a FIFO for reading blocks until a writer
+# comes). Each command runs under a timeout, so a regression fails instead of hanging.
+#   cmake -DCLI=... -DMODELS=... -DDATA=... -DWORK=... -P cli_fifo.cmake
+foreach(v CLI MODELS DATA WORK)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "cli_fifo.cmake needs -D${v}=...")
+  endif()
+endforeach()
+file(REMOVE_RECURSE ${WORK})
+file(MAKE_DIRECTORY ${WORK}/tok ${WORK}/config)
+foreach(f ${WORK}/fifo ${WORK}/ensemble.json ${WORK}/tok/tokenizer.json ${WORK}/config/config.json)
+  execute_process(COMMAND mkfifo ${f} RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mkfifo ${f} failed (${rc})")
+  endif()
+endforeach()
+
+set(failures "")
+function(expect_refused name)
+  execute_process(COMMAND ${CLI} ${ARGN} TIMEOUT 30 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT rc MATCHES "^[0-9]+$")  # a timeout or a signal gives a text result
+    set(failures "${failures}\n${name}: exit '${rc}' (expected an error exit)\n${err}" PARENT_SCOPE)
+  elseif(NOT err MATCHES "is not a regular file \\(a FIFO\\)")
+    set(failures "${failures}\n${name}: no 'is not a regular file' error:\n${err}" PARENT_SCOPE)
+  else()
+    message(STATUS "${name}: ${err}")
+  endif()
+endfunction()
+
+expect_refused("tokenizer.json" tokenize --model ${WORK}/tok --text x)
+expect_refused("config.json" run --model ${WORK}/config --prompt-ids 1,2)
+expect_refused("--load-state" run --model ${DATA}/golden/hf/llama --prompt-ids 1,2 -n 1 --load-state ${WORK}/fifo)
+expect_refused("tokenize --file" tokenize --model ${MODELS}/nam56r-cpp-14m --file ${WORK}/fifo)
+expect_refused("perplexity --file" perplexity --model ${MODELS}/nam56r-cpp-14m --file ${WORK}/fifo)
+expect_refused("ensemble.json" ensemble --config ${WORK}/ensemble.json --prompt x)
+expect_refused("ensemble --prompt-file" ensemble --config ${MODELS}/ensemble.json --prompt-file ${WORK}/fifo)
+file(REMOVE_RECURSE ${WORK})
+if(failures)
+  message(FATAL_ERROR "FIFOs not refused:${failures}")
+endif()
+message("every FIFO refused")
