@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
@@ -467,18 +468,20 @@ slm::result<slm::sampler_config> parse_sampling(const args& a, const slm::json::
   SLM_TRY(f("repeat-penalty", c.repetition_penalty));
   SLM_TRY(f("frequency-penalty", c.frequency_penalty));
   SLM_TRY(f("presence-penalty", c.presence_penalty));
-  if (a.has("top-k")) {
-    float k = 0;
-    SLM_TRY(f("top-k", k));
-    if (k < 0 || k != static_cast<float>(static_cast<std::int32_t>(k)))
-      return slm::make_error(slm::errc::invalid_argument, "--top-k needs a non-negative integer");
-    c.top_k = static_cast<std::int32_t>(k);
-  }
-  if (a.has("repeat-last-n")) {
-    float n = 0;
-    SLM_TRY(f("repeat-last-n", n));
-    c.penalty_last_n = static_cast<std::int32_t>(n);
-  }
+  // Integers, read as integers: a float cast to int is undefined past its range (1e10, nan).
+  auto i32 = [&](std::string_view key, std::int32_t lo, std::int32_t& slot) -> slm::status {
+    const std::string_view t = a.get(key);
+    if (t.empty()) return {};
+    std::int32_t v = 0;
+    const auto r = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (r.ec != std::errc() || r.ptr != t.data() + t.size() || v < lo)
+      return slm::make_error(slm::errc::invalid_argument, "--", key, " needs an integer from ", lo, " to ",
+                             std::numeric_limits<std::int32_t>::max(), ", got '", t, "'");
+    slot = v;
+    return {};
+  };
+  SLM_TRY(i32("top-k", 0, c.top_k));
+  SLM_TRY(i32("repeat-last-n", -1, c.penalty_last_n));
   if (const std::string_view seed = a.get("seed"); !seed.empty()) {
     const auto r = std::from_chars(seed.data(), seed.data() + seed.size(), c.seed);
     if (r.ec != std::errc() || r.ptr != seed.data() + seed.size())
@@ -1344,132 +1347,148 @@ constexpr command commands[] = {
     {"bench", "measure a model's prefill/decode speed or the matmul kernels against this machine's limits", cmd_bench},
 };
 
+// Every option of every command, as `slm --help` prints it. An option this text does not
+// name is refused (known_option): a misspelt option is an error, not silently ignored.
+constexpr std::string_view options_help =
+    "\ninspect options:\n"
+    "  --model DIR|FILE   a Hugging Face style model directory, one .safetensors file, or an\n"
+    "                     ensemble.json (each member's bytes, the total against the budget, and\n"
+    "                     the NAM56R-scale arithmetic of eight specialists)\n"
+    "  --no-tensors       print the summary only, not one line per tensor\n"
+    "\nlogits options:\n"
+    "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...):\n"
+    "                     Hugging Face, NAM56R canonical or nanochat (by config.json model_type)\n"
+    "  --ids ID,ID,...    the token ids, T of them\n"
+    "  --out FILE         writes tensor 'logits' F32 [T, V]; row t is the next-token\n"
+    "                     distribution after ids 0..t (inclusive), in both modes\n"
+    "  --mode M           full (default): one forward over all T ids;\n"
+    "                     incremental: rows 0..P-1 from one forward over the first P ids, rows\n"
+    "                     P..T-1 from feeding the rest one id at a time through the KV cache\n"
+    "                     (the layout of logits_full / logits_incremental in the golden files)\n"
+    "  --prefill P        incremental mode: ids in the first forward (default 1, 1 <= P <= T)\n"
+    "  --kv K             KV cache element type: f32 (default) or bf16\n"
+    "  --mla M            MLA form: auto (default: expanded for prompts, absorbed for decode),\n"
+    "                     expanded or absorbed\n"
+    "  --act A            activations of NVFP4/MXFP4 products: f32 (default, exact), bf16\n"
+    "                     (W4A16, the library's default, faster) or int8 (W4A8); dense weights\n"
+    "                     always use f32\n"
+    "  --threads N        worker threads (default: all)\n"
+    "  --mmap             map the weight files instead of reading them into memory (no copy,\n"
+    "                     shared pages; but a file truncated or rewritten in place while slm\n"
+    "                     runs kills it with SIGBUS: replace model files by rename); also for\n"
+    "                     run, perplexity, bench --model and ensemble\n"
+    "\nrun options:\n"
+    "  --model DIR        as for logits; its tokenizer.json encodes and decodes text\n"
+    "  --prompt TEXT      the prompt as text (special tokens written in it count, unless\n"
+    "                     --no-parse-special; BOS as the tokenizer's post-processor adds it)\n"
+    "  --prompt-ids ID,.. the prompt as token ids; the output is then ids, comma-separated\n"
+    "  --fim-prefix TEXT, --fim-suffix TEXT   fill in the middle: the model writes the code\n"
+    "                     between them (the tokenizer's FIM tokens; --fim-order psm|spm)\n"
+    "  -n N, --tokens N   tokens to generate at most (default 128; 16 with --prompt-ids)\n"
+    "  --temp T           temperature; 0 = greedy (the default, unless generation_config.json\n"
+    "                     sets do_sample)\n"
+    "  --top-k K, --top-p P, --min-p P   truncation (0, 1, 0 = off)\n"
+    "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P, --repeat-last-n N\n"
+    "  --logit-bias ID=B  add B to a token's logit (-inf bans it; repeatable)\n"
+    "  --seed S           sampling seed (default fixed: the same command gives the same text)\n"
+    "  --stop STR         stop before this text (repeatable); the EOS ids of the tokenizer,\n"
+    "                     config.json and generation_config.json stop too, unless --ignore-eos\n"
+    "  --stream           print the text as it is generated (whole UTF-8 characters)\n"
+    "  --ctx N            context limit in tokens (default: the model's)\n"
+    "  --progress         show the weight-reading progress even for a small model (it is shown\n"
+    "                     from 64 MiB on: a bar on a terminal, a line per quarter otherwise)\n"
+    "  --save-state FILE  after generating, save the session (caches, history, sampler state)\n"
+    "  --load-state FILE  continue a saved session (the prompt, if any, is appended)\n"
+    "  --kv, --mla, --act, --threads   as for logits\n"
+    "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
+    "                     verify with one main forward, roll back rejected drafts; greedy: the\n"
+    "                     same tokens as plain greedy; sampled: each token distributed exactly\n"
+    "                     as plain sampling (speculative sampling); acceptance figures on stderr\n"
+    "  --draft K          drafts per main forward (default: every MTP depth)\n"
+    "\ntokenize options:\n"
+    "  --model DIR        a directory with tokenizer.json (and optionally tokenizer_config.json)\n"
+    "  --text TEXT | --file PATH   the input; ids are printed space-separated on one line\n"
+    "  --no-add-special   without the post-processor's tokens (BOS/EOS)\n"
+    "  --no-parse-special special tokens written in the text are plain text\n"
+    "\ndetokenize options:\n"
+    "  --model DIR        as for tokenize\n"
+    "  --ids ID ...       ids separated by spaces or commas; the exact bytes go to stdout\n"
+    "  --skip-special     leave special tokens out\n"
+    "\nperplexity options:\n"
+    "  --model DIR        as for run; its tokenizer.json encodes the documents (BOS prepended\n"
+    "                     if it has one; special tokens written in the text are plain text)\n"
+    "  --file PATH        a document (repeatable); a directory: every file under it, sorted\n"
+    "  --text TEXT        one document given inline\n"
+    "  --ctx N            window length in tokens (default 512, at most the model's context)\n"
+    "  --stride S         a longer document is scored in windows starting every S tokens\n"
+    "                     (default ctx/2, 1 <= S <= ctx), each a fresh session; every token\n"
+    "                     after the first is predicted once, with >= ctx-S tokens of context\n"
+    "  --max-tokens N     stop after the document in which N predicted tokens are reached\n"
+    "                     (later documents count neither tokens nor bytes)\n"
+    "  --verbose          a line per document too\n"
+    "  --json FILE        write the figures (total and per document) as JSON\n"
+    "  --kv, --mla, --act, --threads   as for logits\n"
+    "                     prints: tokens N  bytes B  nll X nats/token  ppl P  bits/byte Y  top1 Z%\n"
+    "                     (bits/byte = sum NLL / ln 2 / UTF-8 bytes; over the tokenizer's vocabulary)\n"
+    "\nquantize options:\n"
+    "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
+    "  --out DIR          where the converted checkpoint goes\n"
+    "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
+    "  --exclude GLOB     keep matching modules in high precision (repeatable; wins over --include)\n"
+    "  --include GLOB     quantize matching embeddings / output heads too (repeatable; never\n"
+    "                     norms, routers, the DSA indexer or mHC scorers)\n"
+    "  --quantize-embeddings   include the input embeddings and output heads: *word_embeddings,\n"
+    "                     *embed_tokens, *output_layer, *lm_head, *unified_table (the n-gram table)\n"
+    "  --threads N        worker threads (default: all)\n"
+    "\nensemble options (slm ensemble [run|route|train-router] ...):\n"
+    "  --config FILE      an ensemble.json: members, router, strategy, memory budget\n"
+    "                     (include/slm/ensemble/config.hpp has the schema)\n"
+    "  --prompt TEXT | --prompt-file FILE   the prompt (a file's name also feeds the rules router)\n"
+    "  --file NAME        the file name the prompt belongs to (CMakeLists.txt, x.sh, ...)\n"
+    "  --strategy K       top1, top2, mix, cascade, vote, refine or speculative (default: the\n"
+    "                     config's); cascade and vote give one-line answers\n"
+    "  -n N, --temp T, --top-k K, --top-p P, --seed S, --stop STR, --act A, --threads N   as for run\n"
+    "                     (greedy by default)\n"
+    "  route FILE... | route --data DIR   where each file goes; --data DIR/<domain>/FILES also\n"
+    "                     prints the router's accuracy per domain (--content-only: ignore names)\n"
+    "  calibrate FILE... | calibrate --data DIR [--max-tokens N]   fit each member's temperature\n"
+    "                     and the mixture weights (EM) on held-out text (N tokens, default 2048)\n"
+    "  train-router --data DIR --out FILE [--max-files N]   train the classifier router on\n"
+    "                     DIR/<domain>/FILES (the first 4096 bytes of at most N files per domain)\n"
+    "\nbench options:\n"
+    "  --model DIR        prefill and decode tok/s of one session, the weight bytes read per\n"
+    "                     decode token and their rate against the read-bandwidth probe\n"
+    "  --prompt-tokens N, --gen-tokens N   sizes (default 64, 32); --kv/--mla/--act as for run\n"
+    "  --kernels          GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on\n"
+    "                     4096x4096, 4096x14336, 14336x4096, 2048x8192 (N x K); one line per case:\n"
+    "                     FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the read-bandwidth or FMA probe)\n"
+    "                     (GEMM ratios of the _bf16act lines are to the bf16 dot probe), then\n"
+    "                     the opt-in paths nvfp4_w4a8, mxfp4_w4a8 (int8 activations) and\n"
+    "                     nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act (bf16 activations)\n"
+    "  --only L[,L...]    only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)\n"
+    "  --quick            one small shape only, weights in cache (a smoke test, not a figure)\n"
+    "  --probe-mib N      size of the read-bandwidth probe (default 1024)\n"
+    "  --threads N        worker threads (default: all)\n";
+
+// Whether --key is an option of some command: named in options_help as "--key" followed by
+// a character that cannot continue an option name.
+bool known_option(std::string_view key) {
+  const auto name_char = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; };
+  for (std::size_t at = options_help.find("--"); at != std::string_view::npos; at = options_help.find("--", at + 2)) {
+    const std::size_t end = at + 2 + key.size();
+    if (options_help.substr(at + 2, key.size()) == key && (end >= options_help.size() || !name_char(options_help[end])))
+      return true;
+  }
+  return false;
+}
+
 void print_help() {
   std::printf("slm %s - in-process inference for small specialist code models\n\nusage: slm COMMAND [options]\n\n",
               slm::version_string);
   for (const auto& c : commands)
     std::printf("  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(), static_cast<int>(c.summary.size()),
                 c.summary.data());
-  std::printf(
-      "\ninspect options:\n"
-      "  --model DIR|FILE   a Hugging Face style model directory, one .safetensors file, or an\n"
-      "                     ensemble.json (each member's bytes, the total against the budget, and\n"
-      "                     the NAM56R-scale arithmetic of eight specialists)\n"
-      "  --no-tensors       print the summary only, not one line per tensor\n"
-      "\nlogits options:\n"
-      "  --model DIR        a checkpoint of a supported architecture (bf16, f32, NVFP4, ...):\n"
-      "                     Hugging Face, NAM56R canonical or nanochat (by config.json model_type)\n"
-      "  --ids ID,ID,...    the token ids, T of them\n"
-      "  --out FILE         writes tensor 'logits' F32 [T, V]; row t is the next-token\n"
-      "                     distribution after ids 0..t (inclusive), in both modes\n"
-      "  --mode M           full (default): one forward over all T ids;\n"
-      "                     incremental: rows 0..P-1 from one forward over the first P ids, rows\n"
-      "                     P..T-1 from feeding the rest one id at a time through the KV cache\n"
-      "                     (the layout of logits_full / logits_incremental in the golden files)\n"
-      "  --prefill P        incremental mode: ids in the first forward (default 1, 1 <= P <= T)\n"
-      "  --kv K             KV cache element type: f32 (default) or bf16\n"
-      "  --mla M            MLA form: auto (default: expanded for prompts, absorbed for decode),\n"
-      "                     expanded or absorbed\n"
-      "  --act A            activations of NVFP4/MXFP4 products: f32 (default, exact), bf16\n"
-      "                     (W4A16, the library's default, faster) or int8 (W4A8); dense weights\n"
-      "                     always use f32\n"
-      "  --threads N        worker threads (default: all)\n"
-      "  --mmap             map the weight files instead of reading them into memory (no copy,\n"
-      "                     shared pages; but a file truncated or rewritten in place while slm\n"
-      "                     runs kills it with SIGBUS: replace model files by rename); also for\n"
-      "                     run, perplexity, bench --model and ensemble\n"
-      "\nrun options:\n"
-      "  --model DIR        as for logits; its tokenizer.json encodes and decodes text\n"
-      "  --prompt TEXT      the prompt as text (special tokens written in it count, unless\n"
-      "                     --no-parse-special; BOS as the tokenizer's post-processor adds it)\n"
-      "  --prompt-ids ID,.. the prompt as token ids; the output is then ids, comma-separated\n"
-      "  --fim-prefix TEXT, --fim-suffix TEXT   fill in the middle: the model writes the code\n"
-      "                     between them (the tokenizer's FIM tokens; --fim-order psm|spm)\n"
-      "  -n N, --tokens N   tokens to generate at most (default 128; 16 with --prompt-ids)\n"
-      "  --temp T           temperature; 0 = greedy (the default, unless generation_config.json\n"
-      "                     sets do_sample)\n"
-      "  --top-k K, --top-p P, --min-p P   truncation (0, 1, 0 = off)\n"
-      "  --repeat-penalty R, --frequency-penalty F, --presence-penalty P, --repeat-last-n N\n"
-      "  --logit-bias ID=B  add B to a token's logit (-inf bans it; repeatable)\n"
-      "  --seed S           sampling seed (default fixed: the same command gives the same text)\n"
-      "  --stop STR         stop before this text (repeatable); the EOS ids of the tokenizer,\n"
-      "                     config.json and generation_config.json stop too, unless --ignore-eos\n"
-      "  --stream           print the text as it is generated (whole UTF-8 characters)\n"
-      "  --ctx N            context limit in tokens (default: the model's)\n"
-      "  --progress         show the weight-reading progress even for a small model (it is shown\n"
-      "                     from 64 MiB on: a bar on a terminal, a line per quarter otherwise)\n"
-      "  --save-state FILE  after generating, save the session (caches, history, sampler state)\n"
-      "  --load-state FILE  continue a saved session (the prompt, if any, is appended)\n"
-      "  --kv, --mla, --act, --threads   as for logits\n"
-      "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
-      "                     verify with one main forward, roll back rejected drafts; greedy: the\n"
-      "                     same tokens as plain greedy; sampled: each token distributed exactly\n"
-      "                     as plain sampling (speculative sampling); acceptance figures on stderr\n"
-      "  --draft K          drafts per main forward (default: every MTP depth)\n"
-      "\ntokenize options:\n"
-      "  --model DIR        a directory with tokenizer.json (and optionally tokenizer_config.json)\n"
-      "  --text TEXT | --file PATH   the input; ids are printed space-separated on one line\n"
-      "  --no-add-special   without the post-processor's tokens (BOS/EOS)\n"
-      "  --no-parse-special special tokens written in the text are plain text\n"
-      "\ndetokenize options:\n"
-      "  --model DIR        as for tokenize\n"
-      "  --ids ID ...       ids separated by spaces or commas; the exact bytes go to stdout\n"
-      "  --skip-special     leave special tokens out\n"
-      "\nperplexity options:\n"
-      "  --model DIR        as for run; its tokenizer.json encodes the documents (BOS prepended\n"
-      "                     if it has one; special tokens written in the text are plain text)\n"
-      "  --file PATH        a document (repeatable); a directory: every file under it, sorted\n"
-      "  --text TEXT        one document given inline\n"
-      "  --ctx N            window length in tokens (default 512, at most the model's context)\n"
-      "  --stride S         a longer document is scored in windows starting every S tokens\n"
-      "                     (default ctx/2, 1 <= S <= ctx), each a fresh session; every token\n"
-      "                     after the first is predicted once, with >= ctx-S tokens of context\n"
-      "  --max-tokens N     stop after the document in which N predicted tokens are reached\n"
-      "                     (later documents count neither tokens nor bytes)\n"
-      "  --verbose          a line per document too\n"
-      "  --json FILE        write the figures (total and per document) as JSON\n"
-      "  --kv, --mla, --act, --threads   as for logits\n"
-      "                     prints: tokens N  bytes B  nll X nats/token  ppl P  bits/byte Y  top1 Z%%\n"
-      "                     (bits/byte = sum NLL / ln 2 / UTF-8 bytes; over the tokenizer's vocabulary)\n"
-      "\nquantize options:\n"
-      "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
-      "  --out DIR          where the converted checkpoint goes\n"
-      "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
-      "  --exclude GLOB     keep matching modules in high precision (repeatable; wins over --include)\n"
-      "  --include GLOB     quantize matching embeddings / output heads too (repeatable; never\n"
-      "                     norms, routers, the DSA indexer or mHC scorers)\n"
-      "  --quantize-embeddings   include the input embeddings and output heads: *word_embeddings,\n"
-      "                     *embed_tokens, *output_layer, *lm_head, *unified_table (the n-gram table)\n"
-      "  --threads N        worker threads (default: all)\n"
-      "\nensemble options (slm ensemble [run|route|train-router] ...):\n"
-      "  --config FILE      an ensemble.json: members, router, strategy, memory budget\n"
-      "                     (include/slm/ensemble/config.hpp has the schema)\n"
-      "  --prompt TEXT | --prompt-file FILE   the prompt (a file's name also feeds the rules router)\n"
-      "  --file NAME        the file name the prompt belongs to (CMakeLists.txt, x.sh, ...)\n"
-      "  --strategy K       top1, top2, mix, cascade, vote, refine or speculative (default: the\n"
-      "                     config's); cascade and vote give one-line answers\n"
-      "  -n N, --temp T, --top-k K, --top-p P, --seed S, --stop STR, --act A, --threads N   as for run\n"
-      "                     (greedy by default)\n"
-      "  route FILE... | route --data DIR   where each file goes; --data DIR/<domain>/FILES also\n"
-      "                     prints the router's accuracy per domain (--content-only: ignore names)\n"
-      "  calibrate FILE... | calibrate --data DIR [--max-tokens N]   fit each member's temperature\n"
-      "                     and the mixture weights (EM) on held-out text (N tokens, default 2048)\n"
-      "  train-router --data DIR --out FILE [--max-files N]   train the classifier router on\n"
-      "                     DIR/<domain>/FILES (the first 4096 bytes of at most N files per domain)\n"
-      "\nbench options:\n"
-      "  --model DIR        prefill and decode tok/s of one session, the weight bytes read per\n"
-      "                     decode token and their rate against the read-bandwidth probe\n"
-      "  --prompt-tokens N, --gen-tokens N   sizes (default 64, 32); --kv/--mla/--act as for run\n"
-      "  --kernels          GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on\n"
-      "                     4096x4096, 4096x14336, 14336x4096, 2048x8192 (N x K); one line per case:\n"
-      "                     FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the read-bandwidth or FMA probe)\n"
-      "                     (GEMM ratios of the _bf16act lines are to the bf16 dot probe), then\n"
-      "                     the opt-in paths nvfp4_w4a8, mxfp4_w4a8 (int8 activations) and\n"
-      "                     nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act (bf16 activations)\n"
-      "  --only L[,L...]    only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)\n"
-      "  --quick            one small shape only, weights in cache (a smoke test, not a figure)\n"
-      "  --probe-mib N      size of the read-bandwidth probe (default 1024)\n"
-      "  --threads N        worker threads (default: all)\n");
+  std::fputs(options_help.data(), stdout);
 }
 
 }  // namespace
@@ -1485,6 +1504,7 @@ int main(int argc, char** argv) {
     if (s == "--help" || s == "-h") return print_help(), 0;  // `slm run --help` as well as `slm --help`
     if ((s.size() > 2 && s.substr(0, 2) == "--") || s == "-n") {
       std::string key(s == "-n" ? std::string("tokens") : std::string(s.substr(2)));
+      if (!known_option(key)) return usage_error(slm::cat("unknown option --", key));
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
                            key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings" ||
@@ -1500,6 +1520,15 @@ int main(int argc, char** argv) {
     }
   }
   for (const auto& c : commands)
-    if (c.name == name) return c.run(a);
+    if (c.name == name) {
+      const int rc = c.run(a);
+      // What was printed must have reached stdout (a full disk, a closed pipe, /dev/full):
+      // otherwise the output is lost and the exit status says so.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "slm: error: cannot write the output: %s\n", std::strerror(errno));
+        return rc != 0 ? rc : 1;
+      }
+      return rc;
+    }
   return usage_error(slm::cat("unknown command '", name, "'"));
 }
