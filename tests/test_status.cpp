@@ -33,6 +33,14 @@ slm::status check_all(std::string_view s) {
   return {};
 }
 
+// SLM_TRY on an xvalue into a temporary (with_context on an rvalue returns status&&):
+// the macro must hold the status by value, not bind a reference to the dying temporary.
+slm::status check_with_context(std::string_view s) {
+  SLM_TRY(sum_digits(s).with_context("digits"));
+  SLM_TRY(check_all(s).with_context("again"));
+  return {};
+}
+
 }  // namespace
 
 TEST(Status, OkAndError) {
@@ -59,6 +67,11 @@ TEST(Status, ResultCarriesValueOrError) {
   EXPECT_EQ(bad.value_or(-1), -1);
   EXPECT_TRUE(slm_test::fails_with(check_all("9a"), errc::invalid_argument, {"offset 1"}));
   EXPECT_TRUE(check_all("99").ok());
+  // Both the result<T> and the status form keep their message through SLM_TRY.
+  const slm::status ctx = check_with_context("4y");
+  EXPECT_EQ(ctx.code(), errc::invalid_argument);
+  EXPECT_EQ(ctx.message(), "digits: at offset 1: 'y' is not a digit");
+  EXPECT_TRUE(check_with_context("42").ok());
 }
 
 TEST(Status, ResultHoldsMoveOnlyTypes) {

@@ -44,8 +44,12 @@ class floats {
   }
   // Sized and filled with zeros.
   status assign_zero(std::size_t n) {
-    SLM_TRY(resize(n));
+    if (n > capacity_) {
+      size_ = 0;  // a new allocation: nothing to keep, and resize zeroes it once
+      return resize(n);
+    }
     std::fill(data(), data() + n, 0.0f);
+    size_ = n;
     return {};
   }
 

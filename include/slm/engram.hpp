@@ -251,8 +251,8 @@ SLM_INLINE result<engram_branch> engram_branch::load(const checkpoint& ck, std::
 }
 
 SLM_INLINE status engram_branch::init_state(engram_state& s) const {
+  s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)
   SLM_TRY(s.hist.resize(cfg.history() * cfg.bottleneck()));
-  s.reset();
   return {};
 }
 

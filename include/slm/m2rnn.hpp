@@ -504,9 +504,9 @@ SLM_INLINE result<m2rnn_mixer> m2rnn_mixer::load(const checkpoint& ck, std::stri
 }
 
 SLM_INLINE status m2rnn_mixer::init_state(m2rnn_state& s) const {
+  s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)
   SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.conv_tail()));
   SLM_TRY(s.M.resize(cfg.heads() * cfg.k_head_dim * cfg.v_head_dim));
-  s.reset();
   return {};
 }
 

@@ -338,9 +338,9 @@ SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, const m
 }
 
 SLM_INLINE status mamba2_mixer::init_state(mamba2_state& s) const {
+  s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)
   SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.d_conv));
   SLM_TRY(s.ssm.resize(cfg.heads() * cfg.headdim * cfg.d_state));
-  s.reset();
   return {};
 }
 

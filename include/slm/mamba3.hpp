@@ -441,12 +441,12 @@ SLM_INLINE result<mamba3_mixer> mamba3_mixer::load(const checkpoint& ck, std::st
 }
 
 SLM_INLINE status mamba3_mixer::init_state(mamba3_state& s) const {
+  s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)
   const std::size_t H = cfg.heads();
   SLM_TRY(s.angle.resize(H * cfg.angles()));
   SLM_TRY(s.ssm.resize(H * cfg.headdim * cfg.d_state));
   SLM_TRY(s.k.resize(cfg.rank() * H * cfg.d_state));
   SLM_TRY(s.v.resize(H * cfg.headdim));
-  s.reset();
   return {};
 }
 

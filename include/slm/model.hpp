@@ -711,6 +711,7 @@ status decoder<Attention, Ffn, Norm, Format>::session::write_records(
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
 status decoder<Attention, Ffn, Norm, Format>::session::load_impl(std::span<const std::byte> bytes) {
+  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
   std::vector<cache> fresh;
   SLM_TRY(make_caches(fresh, opt_));
   std::size_t position = 0;

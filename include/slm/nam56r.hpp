@@ -1020,6 +1020,7 @@ SLM_INLINE status nam56r_model::session::write_records(state_writer& w, const st
 }
 
 SLM_INLINE status nam56r_model::session::load_impl(std::span<const std::byte> bytes) {
+  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
   const nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, V = m.cfg_.vocab_size;
   state fresh;

@@ -1242,6 +1242,7 @@ SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const 
 }
 
 SLM_INLINE status nanochat_model::session::load_impl(std::span<const std::byte> bytes) {
+  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
   const std::size_t C = m_->cfg_.n_embd;
   sequence fresh;
   SLM_TRY(m_->init_sequence(fresh, opt_));

@@ -203,13 +203,13 @@ SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpo
 }
 
 SLM_INLINE status nanochat_mamba_layer::init_state(nanochat_mamba_state& s) const {
+  s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)
   const std::size_t H = cfg.nheads(), G = cfg.ngroups, N = cfg.d_state, P = cfg.headdim;
   SLM_TRY(s.conv.resize(cfg.conv_dim() * cfg.d_conv));
   SLM_TRY(s.ssm.resize(H * N * P));
   SLM_TRY(s.prev_B.resize(cfg.trapezoidal ? G * N : 0));
   SLM_TRY(s.prev_x.resize(cfg.trapezoidal ? H * P : 0));
   SLM_TRY(s.angle.resize(cfg.complex_rope ? G : 0));
-  s.reset();
   return {};
 }
 

@@ -368,6 +368,10 @@ result<std::vector<std::byte>> state_blob(const state_format::header& h, Records
 // another model's blob); the checksum (format_error); the position against max_position
 // (out_of_range). On success `position` is the header's and `records` reads the records
 // (the checksum excluded).
+// The checks that need no model: size, magic, version and the header's total size. A
+// session's load runs them before it allocates the state it fills, so a truncated or
+// foreign blob is refused without that work (open_state_blob repeats them).
+status check_state_envelope(std::span<const std::byte> bytes);
 status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
                        std::size_t max_position, std::size_t& position, state_reader& records);
 
@@ -494,8 +498,7 @@ class recurrent_cache {
   template <class Init>
   status init(std::size_t rollback_tokens, Init&& init_state) {
     SLM_TRY(allocate(rollback_tokens));
-    SLM_TRY(init_state(slots_[0].st));
-    slots_[0].st.reset();
+    SLM_TRY(init_state(slots_[0].st));  // sized and zeroed
     slots_[0].kept = slots_[0].sized = true;
     return {};
   }
@@ -1001,8 +1004,7 @@ SLM_INLINE status state_format::write_header(state_writer& w, const header& h, s
   return w.u64(h.position);
 }
 
-SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
-                                  std::size_t max_position, std::size_t& position, state_reader& records) {
+SLM_INLINE status check_state_envelope(std::span<const std::byte> bytes) {
   namespace sf = state_format;
   constexpr std::size_t least = sf::header_bytes + sf::checksum_bytes;
   if (bytes.size() < least)
@@ -1010,12 +1012,24 @@ SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_
                       least);
   if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) != 0)
     return make_error(errc::format_error, "not a slm session state (no \"SLMSTATE\" magic at byte 0)");
+  const std::uint64_t version = sf::detail::load_u64le(bytes.data() + 8) & 0xFFFFFFFFu;  // bytes 8..11
+  if (version != sf::version)
+    return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
+  const std::uint64_t total = sf::detail::load_u64le(bytes.data() + 16);
+  if (total != bytes.size())
+    return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
+                      " were given");
+  return {};
+}
+
+SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_format::header& expect,
+                                  std::size_t max_position, std::size_t& position, state_reader& records) {
+  namespace sf = state_format;
+  SLM_TRY(check_state_envelope(bytes));
   state_reader r(bytes.first(bytes.size() - sf::checksum_bytes));
   SLM_TRY(r.skip(sizeof sf::magic, "magic"));
   std::uint32_t version = 0;
   SLM_TRY(r.u32(version, "version"));
-  if (version != sf::version)
-    return make_error(errc::unsupported, "format version ", version, "; this build reads version ", sf::version);
   std::uint8_t kv = 0, kind = 0;
   SLM_TRY(r.u8(kv, "KV dtype"));
   if (kv > 1)
@@ -1027,9 +1041,6 @@ SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_
   SLM_TRY(r.zeros(2, "reserved header bytes"));
   std::uint64_t total = 0, fp = 0, count = 0;
   SLM_TRY(r.u64(total, "total size"));
-  if (total != bytes.size())
-    return make_error(errc::format_error, "truncated or padded: the header says ", total, " bytes, ", bytes.size(),
-                      " were given");
   SLM_TRY(r.u64(fp, "fingerprint"));
   SLM_TRY(r.u64(count, "record count"));
   SLM_TRY(r.size(position, "position"));

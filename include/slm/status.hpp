@@ -168,14 +168,19 @@ class [[nodiscard]] result {
 
 // Propagate an error: SLM_TRY(expr) returns the status of `expr` from the enclosing
 // function if it failed. Works for status and result<T> returns alike.
-#define SLM_TRY(expr)                                              \
-  do {                                                             \
-    auto&& slm_try_status_ = (expr);                               \
-    if (!slm_try_status_.ok()) return ::slm::detail::as_status(    \
-        std::forward<decltype(slm_try_status_)>(slm_try_status_)); \
+// An lvalue is checked in place; a temporary is held by value, so that
+// `SLM_TRY(make().with_context("x"))` (an xvalue into a dying temporary) stays valid.
+#define SLM_TRY(expr)                                                                 \
+  do {                                                                                \
+    typename ::slm::detail::try_hold<decltype((expr))>::type slm_try_status_ = (expr); \
+    if (!slm_try_status_.ok()) return ::slm::detail::as_status(                       \
+        std::forward<decltype(slm_try_status_)>(slm_try_status_));                    \
   } while (0)
 
 namespace slm::detail {
+template <class T> struct try_hold { using type = T; };
+template <class T> struct try_hold<T&> { using type = T&; };
+template <class T> struct try_hold<T&&> { using type = T; };
 inline status as_status(const status& s) { return s; }
 inline status as_status(status&& s) { return std::move(s); }
 template <class T>
