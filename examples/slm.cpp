@@ -10,7 +10,7 @@
 //   slm perplexity --model DIR (--file PATH ... | --text TEXT) [--ctx N] [--stride S] [--max-tokens N]
 //                  [--verbose] [--json FILE] [--kv ...] [--mla ...] [--act ...] [--threads N]
 //   slm bench --kernels [--quick] [--threads N]  |  slm bench --model DIR [--prompt-tokens N] [--gen-tokens N]
-//   slm quantize --in DIR --out DIR [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
+//   slm quantize --in DIR --out DIR [--force] [--format nvfp4|mxfp4|fp8|bf16] [--exclude GLOB ...] [--threads N]
 //   slm --version | --help
 //
 // Every error prints one line "slm: error: ..." and exits non-zero (2 for usage errors).
@@ -933,10 +933,9 @@ int cmd_perplexity(const args& a) {
       slm::json::value& list = j.set("documents", slm::json::value::make_array());
       for (const auto& d : per_doc) list.push_back(d.to_json());
       const std::string text = slm::json::dump(j) + "\n";
-      std::FILE* f = std::fopen(std::string(json_path).c_str(), "wb");
-      const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      if (f && std::fclose(f) != 0) return fail(slm::make_error(slm::errc::io_error, json_path, ": cannot write"));
-      if (!ok) return fail(slm::make_error(slm::errc::io_error, json_path, ": cannot write"));
+      if (auto s = slm::write_file_atomically(std::string(json_path), std::as_bytes(std::span(text.data(), text.size())));
+          !s.ok())
+        return fail(s);
     }
     return 0;
   });
@@ -953,6 +952,7 @@ int cmd_quantize(const args& a) {
   else return usage_error(slm::cat("--format must be nvfp4, mxfp4, fp8 or bf16, not '", fmt, "'"));
   opt.exclude = a.all("exclude");
   opt.include = a.all("include");
+  opt.replace = a.has("force");
   if (a.has("quantize-embeddings"))
     for (std::string& p : slm::embedding_include_patterns()) opt.include.push_back(std::move(p));
   auto pool = make_pool(a);
@@ -1432,7 +1432,9 @@ constexpr std::string_view options_help =
     "                     (bits/byte = sum NLL / ln 2 / UTF-8 bytes; over the tokenizer's vocabulary)\n"
     "\nquantize options:\n"
     "  --in DIR           a checkpoint with F32/BF16/F16 weights (sharded or not)\n"
-    "  --out DIR          where the converted checkpoint goes\n"
+    "  --out DIR          where the converted checkpoint goes: written beside it and renamed\n"
+    "                     into place when complete; an existing non-empty DIR is refused\n"
+    "  --force            replace a non-empty --out DIR whole (only once the new one is complete)\n"
     "  --format F         nvfp4 (default), mxfp4, fp8 or bf16\n"
     "  --exclude GLOB     keep matching modules in high precision (repeatable; wins over --include)\n"
     "  --include GLOB     quantize matching embeddings / output heads too (repeatable; never\n"
@@ -1508,7 +1510,7 @@ int main(int argc, char** argv) {
       const bool is_flag = key == "no-tensors" || key == "kernels" || key == "quick" || key == "stream" ||
                            key == "ignore-eos" || key == "no-add-special" || key == "no-parse-special" ||
                            key == "skip-special" || key == "progress" || key == "verbose" || key == "quantize-embeddings" ||
-                           key == "content-only" || key == "mmap";
+                           key == "content-only" || key == "mmap" || key == "force";
       if (is_flag) {
         a.options.emplace_back(key, "");
       } else {

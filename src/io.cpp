@@ -3,6 +3,7 @@
 #define SLM_UNIT_IO 1
 
 #include "slm/json.hpp"
+#include "slm/atomic_file.hpp"
 #include "slm/mapped_file.hpp"
 #include "slm/safetensors.hpp"
 #include "slm/checkpoint.hpp"

@@ -459,6 +459,39 @@ TEST(CliQuantize, QuantizeEmbeddingsAndInclude) {
   EXPECT_NE(line_of(i.out, "output_layer.weight").find("kept BF16: output head"), std::string::npos) << i.out;
 }
 
+// `slm quantize` into a non-empty --out (issue 18): refused without --force, the directory
+// untouched; with --force replaced whole, so a stale model.safetensors.index.json (which the
+// loader prefers to model.safetensors) cannot put the old weights under the new config.
+// The old code wrote into the directory and exited 0 either way.
+TEST(CliQuantize, NonEmptyOutNeedsForceAndIsReplacedWhole) {
+  slm_test::temp_dir tmp("quant_force");
+  const std::string tiny = slm_test::test_data("nam56r/tiny").string();
+  const auto out = tmp / "out";
+  std::filesystem::create_directories(out);
+  const std::string stale_index = R"({"metadata": {}, "weight_map": {"output_layer.weight": "old-00001-of-00001.safetensors"}})";
+  ASSERT_TRUE(slm_test::write_file(out / "model.safetensors.index.json", stale_index));
+  ASSERT_TRUE(slm_test::write_file(out / "config.json", "{}"));
+  const cli_result refused = run_cli(tmp.path(), "quantize --in '" + tiny + "' --out '" + out.string() + "' --threads 2");
+  EXPECT_EQ(refused.exit_code, 1) << refused.err;
+  EXPECT_NE(refused.err.find("exists and is not empty"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--force"), std::string::npos) << refused.err;
+  EXPECT_EQ(read_text(out / "model.safetensors.index.json"), stale_index);
+  EXPECT_EQ(read_text(out / "config.json"), "{}");
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors"));
+
+  const cli_result forced = run_cli(tmp.path(), "quantize --in '" + tiny + "' --out '" + out.string() + "' --force --threads 2");
+  ASSERT_EQ(forced.exit_code, 0) << forced.err;
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors.index.json"));
+  EXPECT_TRUE(std::filesystem::exists(out / "hf_quant_config.json"));
+  const cli_result run = run_cli(tmp.path(), "run --model '" + out.string() + "' --prompt-ids 1,2,3,4,5 -n 4 --threads 2");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  std::vector<std::string> temporaries;  // none beside --out or in it
+  for (const auto& dir : {tmp.path(), out})
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().find(".tmp") != std::string::npos) temporaries.push_back(e.path().string());
+  EXPECT_TRUE(temporaries.empty()) << temporaries.front();
+}
+
 TEST(CliText, BenchModelReportsSpeedAndTraffic) {
   slm_test::temp_dir tmp("bench");
   const auto r = run_cli(tmp.path(), "bench --model '" + slm_test::test_data("golden/hf/llama").string() +

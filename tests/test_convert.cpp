@@ -584,3 +584,98 @@ TEST(ConvertInclude, LlamaEmbedTokensAndLmHead) {
   EXPECT_LT(err, 0.5);  // measured 0.167 (random weights, hidden 128); a broken layout gives O(1)
   EXPECT_EQ(slm_test::max_abs_diff(same.data(), got.data(), got.size()), 0.0);  // rows = dequantize() rows exactly
 }
+
+// The output goes to a fresh directory beside `out`, renamed into place when complete
+// (issue 18). A non-empty `out` is refused without convert_options::replace and left as it
+// was; the old code wrote into it, so files of an older conversion survived beside the new
+// ones.
+TEST(Convert, NonEmptyOutIsRefusedAndKept) {
+  slm_test::temp_dir in("in"), parent("parent");
+  source_model src(in.path());
+  auto pool = make_pool();
+  const auto out = parent / "out";
+  std::filesystem::create_directories(out);
+  ASSERT_TRUE(slm_test::write_file(out / "notes.txt", "mine"));
+  EXPECT_TRUE(fails_with(slm::convert_checkpoint(in.path(), out, {}, pool), errc::invalid_argument,
+                         {"out", "exists and is not empty", "--force"}));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(out), std::filesystem::directory_iterator()), 1);
+  EXPECT_EQ(std::filesystem::file_size(out / "notes.txt"), 4u);
+  EXPECT_TRUE(slm_test::temporaries_in(parent.path()).empty());
+  // A missing `out` (and its missing parents) and an empty one are fine.
+  ASSERT_TRUE(slm::convert_checkpoint(in.path(), parent / "new" / "deep", {}, pool).ok());
+  EXPECT_TRUE(std::filesystem::exists(parent / "new" / "deep" / "hf_quant_config.json"));
+  std::filesystem::create_directories(parent / "empty");
+  ASSERT_TRUE(slm::convert_checkpoint(in.path(), (parent / "empty").string() + "/", {}, pool).ok());
+  EXPECT_TRUE(std::filesystem::exists(parent / "empty" / "model.safetensors"));
+  EXPECT_TRUE(slm_test::temporaries_in(parent.path()).empty());
+  EXPECT_TRUE(slm_test::temporaries_in(parent / "empty").empty());
+}
+
+// replace: a stale model.safetensors.index.json and shard of an older model (which the
+// loader would prefer to the new model.safetensors) are gone, and the new model loads.
+TEST(Convert, ReplaceLeavesNothingOfTheOldOutput) {
+  slm_test::temp_dir in("in"), parent("parent");
+  source_model src(in.path());
+  auto pool = make_pool();
+  const auto out = parent / "out";
+  std::filesystem::create_directories(out);
+  ASSERT_TRUE(slm_test::write_file(out / "model.safetensors.index.json",
+                                   R"({"metadata": {}, "weight_map": {"model.embed_tokens.weight": "old-00001-of-00001.safetensors"}})"));
+  ASSERT_TRUE(slm_test::write_file(out / "old-00001-of-00001.safetensors", "stale"));
+  slm::convert_options opt;
+  opt.replace = true;
+  ASSERT_TRUE(slm::convert_checkpoint(in.path(), out, opt, pool).ok());
+  EXPECT_FALSE(std::filesystem::exists(out / "model.safetensors.index.json"));
+  EXPECT_FALSE(std::filesystem::exists(out / "old-00001-of-00001.safetensors"));
+  auto ck = slm::checkpoint::open(out);
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  auto q = slm::load_linear_weight(*ck, "model.layers.0.self_attn.q_proj");
+  ASSERT_TRUE(q.ok()) << q.error().message();
+  EXPECT_EQ(q->format, slm::weight_format::nvfp4);
+  EXPECT_TRUE(slm_test::temporaries_in(parent.path()).empty());
+  EXPECT_TRUE(slm_test::temporaries_in(out).empty());
+  // An `out` that contains `in` is refused: replacing it would delete the input.
+  const auto holder = parent / "holder";
+  std::filesystem::create_directories(holder / "in");
+  source_model inner(holder / "in");
+  EXPECT_TRUE(fails_with(slm::convert_checkpoint(holder / "in", holder, opt, pool), errc::invalid_argument, {"lies inside --out"}));
+  EXPECT_TRUE(std::filesystem::exists(holder / "in" / "model.safetensors"));
+}
+
+// A conversion that fails halfway (cancelled after the first of five shards) leaves the
+// previous conversion exactly as it was: the old code had renamed the first new shard
+// over the old one by then, mixing two conversions.
+TEST(Convert, FailedReplaceKeepsThePreviousConversion) {
+  slm_test::temp_dir parent("parent");
+  auto pool = make_pool();
+  const auto src = slm_test::test_data("oracle/sharded_llama");
+  const auto out = parent / "out";
+  slm::convert_options fp8;
+  fp8.format = slm::weight_format::fp8_e4m3;
+  ASSERT_TRUE(slm::convert_checkpoint(src, out, fp8, pool).ok());
+  auto snapshot = [&] {
+    std::map<std::string, std::string> files;
+    for (const auto& e : std::filesystem::directory_iterator(out)) {
+      std::ifstream f(e.path(), std::ios::binary);
+      files[e.path().filename().string()] = std::string(std::istreambuf_iterator<char>(f), {});
+    }
+    return files;
+  };
+  const auto before = snapshot();
+  slm::cancellation cancel;
+  slm::convert_options opt;
+  opt.replace = true;
+  opt.cancel = &cancel;
+  std::size_t shard_tensors = 0;
+  {
+    auto ck = slm::checkpoint::open(src);
+    ASSERT_TRUE(ck.ok());
+    shard_tensors = ck->shards().front().tensors().size();
+  }
+  auto r = slm::convert_checkpoint(src, out, opt, pool, [&](const slm::tensor_report&, std::size_t done, std::size_t) {
+    if (done == shard_tensors + 1) cancel.cancel();  // in the second shard
+  });
+  EXPECT_TRUE(fails_with(r, errc::cancelled, {}));
+  EXPECT_TRUE(snapshot() == before);
+  EXPECT_TRUE(slm_test::temporaries_in(parent.path()).empty());
+}

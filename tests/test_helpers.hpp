@@ -110,6 +110,19 @@ inline bool write_file(const std::filesystem::path& p, const std::vector<std::by
   return write_file(p, b.data(), b.size());
 }
 
+// The names in `dir` that hold ".tmp" (what an interrupted or failed atomic write of slm
+// would leave behind: PATH.tmp.<pid>.<n> files, OUT.tmp.<pid>.<n> directories), sorted.
+inline std::vector<std::string> temporaries_in(const std::filesystem::path& dir) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.find(".tmp") != std::string::npos) found.push_back(name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 // A FIFO at p (true on success).
 inline bool make_fifo(const std::filesystem::path& p) { return ::mkfifo(p.c_str(), 0600) == 0; }
 

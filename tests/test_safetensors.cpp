@@ -4,8 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <numeric>
+#include <thread>
+
+#include "slm/atomic_file.hpp"
 
 #include "test_helpers.hpp"
 
@@ -93,6 +97,7 @@ TEST(Safetensors, FileWriteAndMap) {
   ASSERT_TRUE(w.add("x", dtype::bf16, slm::shape{2, 2}, std::as_bytes(std::span(bf16))).ok());
   ASSERT_TRUE(w.write(dir / "a.safetensors").ok());
   EXPECT_FALSE(std::filesystem::exists(dir / "a.safetensors.tmp"));
+  EXPECT_TRUE(slm_test::temporaries_in(dir.path()).empty());
   auto f = st::file::open(dir / "a.safetensors");
   ASSERT_TRUE(f.ok()) << f.error().message();
   std::vector<float> v(4);
@@ -432,4 +437,99 @@ TEST(Safetensors, StreamingWriterMatchesInMemoryWriter) {
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "t.safetensors"));
   EXPECT_FALSE(std::filesystem::exists(dir / "t.safetensors.tmp"));
+  EXPECT_TRUE(slm_test::temporaries_in(dir.path()).empty());
+}
+
+// Writers replace files through a unique temporary created exclusively (issue 18), not a
+// fixed PATH.tmp: a symlink planted at PATH.tmp is neither followed nor replaced, so its
+// target keeps its bytes (the old writers opened PATH.tmp with fopen "wb" and wrote
+// through it).
+TEST(AtomicFile, SymlinkPlantedAtTheOldTemporaryNameIsNotFollowed) {
+  slm_test::temp_dir dir("planted");
+  ASSERT_TRUE(slm_test::write_file(dir / "victim", "precious"));
+  for (const char* name : {"a.safetensors.tmp", "s.safetensors.tmp"}) std::filesystem::create_symlink(dir / "victim", dir / name);
+  std::vector<float> x = {1, 2, 3, 4};
+  st::writer w;
+  ASSERT_TRUE(w.add("x", dtype::f32, slm::shape{4}, std::as_bytes(std::span(x))).ok());
+  ASSERT_TRUE(w.write(dir / "a.safetensors").ok());
+  st::writer planned;
+  ASSERT_TRUE(planned.plan("x", dtype::f32, slm::shape{4}).ok());
+  auto s = planned.begin_stream(dir / "s.safetensors");
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  ASSERT_TRUE(s->append("x", std::as_bytes(std::span(x))).ok());
+  ASSERT_TRUE(s->finish().ok());
+  auto victim = slm::mapped_file::open(dir / "victim");
+  ASSERT_TRUE(victim.ok());
+  EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(victim->bytes().data()), victim->size()), "precious");
+  for (const char* name : {"a.safetensors", "s.safetensors"}) {
+    EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / name))) << name;
+    auto f = st::file::open(dir / name);
+    ASSERT_TRUE(f.ok()) << f.error().message();
+    EXPECT_EQ(f->tensors().size(), 1u);
+  }
+  // Only the planted links remain, untouched.
+  EXPECT_EQ(slm_test::temporaries_in(dir.path()), (std::vector<std::string>{"a.safetensors.tmp", "s.safetensors.tmp"}));
+  EXPECT_TRUE(std::filesystem::is_symlink(dir / "a.safetensors.tmp"));
+}
+
+// Two threads replacing one file over and over: every write succeeds (each has its own
+// temporary), the file is always one writer's whole file, and no temporary is left. With a
+// shared PATH.tmp the writers truncate and interleave each other's bytes, and the second
+// rename finds no temporary and fails.
+TEST(AtomicFile, ConcurrentWritersOfOnePathEachReplaceItWhole) {
+  slm_test::temp_dir dir("concurrent");
+  const auto path = dir / "m.safetensors";
+  constexpr std::size_t n = 16384;  // 64 KiB of data per file
+  std::vector<float> ones(n, 1.0f), twos(n, 2.0f);
+  st::writer w1, w2;
+  ASSERT_TRUE(w1.add("x", dtype::f32, slm::shape{static_cast<std::int64_t>(n)}, std::as_bytes(std::span(ones))).ok());
+  ASSERT_TRUE(w2.add("x", dtype::f32, slm::shape{static_cast<std::int64_t>(n)}, std::as_bytes(std::span(twos))).ok());
+  std::atomic<int> failed{0};
+  std::string first_error;
+  std::atomic<bool> go{false};
+  auto writer_loop = [&](const st::writer& w) {
+    while (!go.load()) std::this_thread::yield();
+    for (int i = 0; i < 8; ++i)
+      if (auto r = w.write(path); !r.ok() && failed.fetch_add(1) == 0) first_error = r.message();
+  };
+  std::thread a(writer_loop, std::cref(w1)), b(writer_loop, std::cref(w2));
+  go = true;
+  a.join();
+  b.join();
+  EXPECT_EQ(failed.load(), 0) << first_error;
+  auto f = st::file::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  std::vector<float> got(n);
+  ASSERT_TRUE(f->tensor("x")->to_f32(got).ok());
+  EXPECT_TRUE(got == ones || got == twos);
+  EXPECT_TRUE(slm_test::temporaries_in(dir.path()).empty());
+}
+
+// Every failure removes the temporary: a rename that cannot replace the target (a
+// directory), a write into a missing directory, an atomic_file dropped before commit().
+TEST(AtomicFile, FailuresLeaveNoTemporary) {
+  slm_test::temp_dir dir("failures");
+  std::filesystem::create_directories(dir / "occupied" / "inside");
+  std::vector<float> x = {1, 2};
+  st::writer w;
+  ASSERT_TRUE(w.add("x", dtype::f32, slm::shape{2}, std::as_bytes(std::span(x))).ok());
+  EXPECT_TRUE(fails_with(w.write(dir / "occupied"), errc::io_error, {"occupied", "cannot rename the temporary file into place"}));
+  EXPECT_TRUE(fails_with(slm::write_file_atomically(dir / "missing" / "f.json", slm_test::bytes_of("{}")), errc::io_error,
+                         {"missing", "f.json.tmp", "cannot create"}));
+  EXPECT_FALSE(std::filesystem::exists(dir / "missing"));
+  {
+    auto f = slm::atomic_file::create(dir / "dropped.json");
+    ASSERT_TRUE(f.ok()) << f.error().message();
+    ASSERT_TRUE(f->write("{\"a\": 1}").ok());
+    EXPECT_TRUE(std::filesystem::exists(f->temp_path()));
+    EXPECT_EQ(f->temp_path().parent_path(), dir.path());
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "dropped.json"));
+  EXPECT_TRUE(slm_test::temporaries_in(dir.path()).empty());
+  // Success: the whole text under the name, with the permissions asked for, nothing else.
+  ASSERT_TRUE(slm::write_file_atomically(dir / "private.bin", slm_test::bytes_of("secret"), 0600).ok());
+  const auto perms = std::filesystem::status(dir / "private.bin").permissions();
+  EXPECT_EQ(perms & (std::filesystem::perms::group_all | std::filesystem::perms::others_all), std::filesystem::perms::none);
+  EXPECT_EQ(std::filesystem::file_size(dir / "private.bin"), 6u);
+  EXPECT_TRUE(slm_test::temporaries_in(dir.path()).empty());
 }

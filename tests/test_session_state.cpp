@@ -503,7 +503,8 @@ TEST_P(SessionState, DamagedBlobsAreRejectedAndChangeNothing) {
 }
 
 // save_state_file / load_state_file (session_file.hpp): the file holds exactly save()'s
-// bytes, written through path + ".tmp" and renamed; a load continues bit for bit; errors
+// bytes, written through a unique temporary (never a symlink planted at path + ".tmp",
+// issue 18) and renamed, readable by its owner only; a load continues bit for bit; errors
 // name the path and leave the session unchanged.
 TEST_P(SessionState, StateFileRoundTrip) {
   static_assert(slm::saveable_session<slm::model::session>);
@@ -515,8 +516,15 @@ TEST_P(SessionState, StateFileRoundTrip) {
   feed(s, 0, kP);
   feed_singly(s, kP, kP + 2);
   const std::size_t pos = s.position();
+  ASSERT_TRUE(slm_test::write_file(dir / "victim", "precious"));
+  std::filesystem::create_symlink(dir / "victim", dir / "state.bin.tmp");
   ASSERT_TRUE(slm::save_state_file(s, path.string()).ok());
-  EXPECT_FALSE(std::filesystem::exists(dir / "state.bin.tmp"));
+  EXPECT_EQ(std::filesystem::file_size(dir / "victim"), 8u);  // not written through the link
+  EXPECT_EQ(slm_test::temporaries_in(dir), std::vector<std::string>{"state.bin.tmp"});
+  std::filesystem::remove(dir / "state.bin.tmp");
+  EXPECT_TRUE(std::filesystem::is_regular_file(std::filesystem::symlink_status(path)));
+  EXPECT_EQ(std::filesystem::status(path).permissions() & (std::filesystem::perms::group_all | std::filesystem::perms::others_all),
+            std::filesystem::perms::none);
   {
     auto f = slm::mapped_file::open(path);
     ASSERT_TRUE(f.ok());
@@ -529,6 +537,7 @@ TEST_P(SessionState, StateFileRoundTrip) {
   EXPECT_TRUE(same_bits(continuation(r, pos), continuation(s, pos)));
   // Overwrite: the newer state replaces the file.
   ASSERT_TRUE(slm::save_state_file(s, path).ok());
+  EXPECT_TRUE(slm_test::temporaries_in(dir).empty());
   auto r2 = fresh();
   ASSERT_TRUE(slm::load_state_file(r2, path).ok());
   EXPECT_EQ(r2.position(), pos + 5);

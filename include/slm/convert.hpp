@@ -29,6 +29,14 @@
 // says, per tensor, what was done and the error it introduced (relative RMS and max
 // absolute error of the dequantized weight against the original).
 //
+// Output: written into a fresh directory beside `out` (OUT.tmp.<pid>.<n>) and renamed into
+// place only when complete, so a conversion that fails or is killed leaves `out` as it was
+// (a killed one may leave its OUT.tmp.* directory), and nothing of an older conversion (a
+// stale shard or model.safetensors.index.json, which the loader would prefer) survives into
+// the new one. An `out` that exists and is not empty is refused unless
+// convert_options::replace; then the old directory is moved aside, the new one renamed in,
+// and the old one removed.
+//
 // Memory: each output shard's header is written first (safetensors::writer::plan), then
 // tensors are converted and streamed one at a time, so the peak is about one tensor's
 // input in f32 plus its output, not the model.
@@ -39,6 +47,7 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -46,6 +55,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/atomic_file.hpp"
 #include "slm/checkpoint.hpp"
 #include "slm/dequantize.hpp"
 #include "slm/json.hpp"
@@ -65,6 +75,9 @@ struct convert_options {
   std::vector<std::string> include;
   mxfp4_scale_rule mxfp4_rule = mxfp4_scale_rule::ceil;  // nothing clips (Triton / ModelOpt)
   const cancellation* cancel = nullptr;
+  // Replace an `out` that exists and is not empty (`slm quantize --force`), once the new
+  // checkpoint is complete; without it such an `out` is refused.
+  bool replace = false;
 };
 
 struct tensor_report {
@@ -228,10 +241,7 @@ status write_json_file(const std::filesystem::path& path, const json::value& doc
 #if SLM_DEFINE_KERNELS
 SLM_INLINE status write_json_file(const std::filesystem::path& path, const json::value& doc) {
   const std::string text = json::dump(doc);
-  std::FILE* fp = std::fopen(path.string().c_str(), "wb");
-  const bool wrote = fp && std::fwrite(text.data(), 1, text.size(), fp) == text.size();
-  if (!fp || std::fclose(fp) != 0 || !wrote) return make_error(errc::io_error, path.string(), ": write failed");
-  return {};
+  return write_file_atomically(path, std::as_bytes(std::span(text.data(), text.size())));
 }
 #endif  // SLM_DEFINE_KERNELS
 
@@ -245,9 +255,22 @@ SLM_INLINE status copy_file(const std::filesystem::path& from, const std::filesy
 }
 #endif  // SLM_DEFINE_KERNELS
 
+// Removes `dir` (unless cleared) when it goes out of scope: the stage of a failed conversion.
+struct remove_dir_on_exit {
+  std::filesystem::path dir;
+  remove_dir_on_exit() = default;
+  remove_dir_on_exit(const remove_dir_on_exit&) = delete;
+  remove_dir_on_exit& operator=(const remove_dir_on_exit&) = delete;
+  ~remove_dir_on_exit() {
+    std::error_code ec;
+    if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+  }
+};
+
 }  // namespace detail
 
-// Converts the checkpoint in `in` into `out` (created if missing; must not be `in`).
+// Converts the checkpoint in `in` into `out` (created if missing; must not be `in`; see
+// "Output" above for an `out` that exists).
 result<std::vector<tensor_report>> convert_checkpoint(const std::filesystem::path& in, const std::filesystem::path& out,
                                                       const convert_options& opt, executor_ref ex,
                                                       const convert_progress& progress = {});
@@ -269,9 +292,39 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
   if (ck->quantization_config() || ck->hf_quant_config())
     return make_error(errc::unsupported, in.string(), " is already quantized; convert from the original weights");
   std::error_code ec;
-  std::filesystem::create_directories(out, ec);
-  if (ec) return make_error(errc::io_error, out.string(), ": cannot create: ", ec.message());
-  if (std::filesystem::equivalent(in, out, ec)) return make_error(errc::invalid_argument, "--out must differ from --in");
+  // `target` names the directory itself ("out/" and "out/." would put the stage inside it).
+  std::filesystem::path target = std::filesystem::absolute(out, ec).lexically_normal();
+  if (ec) return make_error(errc::io_error, out.string(), ": ", ec.message());
+  if (!target.has_filename()) target = target.parent_path();
+  const bool target_exists = std::filesystem::exists(target, ec);
+  bool target_empty = true;
+  if (target_exists) {
+    if (!std::filesystem::is_directory(target, ec)) return make_error(errc::invalid_argument, out.string(), ": is not a directory");
+    if (std::filesystem::equivalent(in, target, ec)) return make_error(errc::invalid_argument, "--out must differ from --in");
+    // Replacing `out` removes it: `in` must not lie inside it.
+    std::error_code eci, eco;
+    const auto ci = std::filesystem::canonical(in, eci), co = std::filesystem::canonical(target, eco);
+    if (!eci && !eco && std::mismatch(co.begin(), co.end(), ci.begin(), ci.end()).first == co.end())
+      return make_error(errc::invalid_argument, in.string(), " lies inside --out ", out.string());
+    target_empty = std::filesystem::is_empty(target, ec);
+    if (ec) return make_error(errc::io_error, out.string(), ": cannot list: ", ec.message());
+    if (!target_empty && !opt.replace)
+      return make_error(errc::invalid_argument, out.string(),
+                        " exists and is not empty: refusing to mix a new checkpoint with its files (replace it: --force)");
+  } else {
+    std::filesystem::create_directories(target.parent_path(), ec);
+    if (ec) return make_error(errc::io_error, target.parent_path().string(), ": cannot create: ", ec.message());
+  }
+  // The new checkpoint is written into a fresh directory beside `out`: never one that
+  // exists already (create_directory is exclusive), removed on every way out but success.
+  detail::remove_dir_on_exit stage;
+  for (int attempt = 0; attempt < 16 && stage.dir.empty(); ++attempt) {
+    const std::filesystem::path d = unique_sibling(target);
+    if (std::filesystem::create_directory(d, ec)) stage.dir = d;
+    else if (ec) return make_error(errc::io_error, d.string(), ": cannot create: ", ec.message());
+  }
+  if (stage.dir.empty()) return make_error(errc::io_error, out.string(), ": cannot create a temporary directory beside it");
+  const std::filesystem::path& dest = stage.dir;
 
   quant_config excludes, includes;
   excludes.exclude = opt.exclude;
@@ -327,7 +380,7 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
       jobs.push_back(std::move(j));
     }
     for (const auto& [key, value] : shard.header().metadata) plan.set_metadata(key, value);
-    auto stream = plan.begin_stream(out / shard_name);
+    auto stream = plan.begin_stream(dest / shard_name);
     if (!stream.ok()) return std::move(stream).take_error();
 
     // The file wants its tensors in its own order (by dtype, then name), which scatters
@@ -420,7 +473,7 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
     if (!de.is_regular_file() || de.path().extension() == ".safetensors" || name == "model.safetensors.index.json" ||
         name == "hf_quant_config.json")
       continue;
-    SLM_TRY(detail::copy_file(de.path(), out / name));
+    SLM_TRY(detail::copy_file(de.path(), dest / name));
   }
   if (std::filesystem::exists(in / "model.safetensors.index.json", ec)) {
     std::uint64_t total_size = 0;
@@ -430,7 +483,7 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
     meta.set("total_size", json::value(total_size));
     index.set("metadata", std::move(meta));
     index.set("weight_map", std::move(weight_map));
-    SLM_TRY(detail::write_json_file(out / "model.safetensors.index.json", index));
+    SLM_TRY(detail::write_json_file(dest / "model.safetensors.index.json", index));
   }
   if (quantizing) {
     std::sort(kept_modules.begin(), kept_modules.end());
@@ -449,8 +502,31 @@ SLM_INLINE result<std::vector<tensor_report>> convert_checkpoint(const std::file
     json::value doc = json::value::make_object();
     doc.set("producer", std::move(producer));
     doc.set("quantization", std::move(q));
-    SLM_TRY(detail::write_json_file(out / "hf_quant_config.json", doc));
+    SLM_TRY(detail::write_json_file(dest / "hf_quant_config.json", doc));
   }
+
+  // Complete: into place. rename() takes the place of a missing or empty directory in one
+  // step; a full one is moved aside first, and back if the new one cannot go in.
+  if (!target_exists || target_empty) {
+    std::filesystem::rename(dest, target, ec);
+    if (ec && target_exists) {  // where rename cannot replace an empty directory
+      std::filesystem::remove(target, ec);
+      std::filesystem::rename(dest, target, ec);
+    }
+    if (ec) return make_error(errc::io_error, out.string(), ": cannot rename the new checkpoint into place: ", ec.message());
+  } else {
+    const std::filesystem::path old = unique_sibling(target);
+    std::filesystem::rename(target, old, ec);
+    if (ec) return make_error(errc::io_error, out.string(), ": cannot move the old checkpoint aside: ", ec.message());
+    std::filesystem::rename(dest, target, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      std::filesystem::rename(old, target, ec);
+      return make_error(errc::io_error, out.string(), ": cannot rename the new checkpoint into place: ", why);
+    }
+    std::filesystem::remove_all(old, ec);
+  }
+  stage.dir.clear();
   return reports;
 }
 #endif  // SLM_DEFINE_KERNELS

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/atomic_file.hpp"
 #include "slm/dtype.hpp"
 #include "slm/json.hpp"
 #include "slm/mapped_file.hpp"
@@ -140,14 +141,14 @@ class writer {
   // The whole file in memory (small files, tests, fuzz seeds).
   result<std::vector<std::byte>> serialize() const;
 
-  // Streams to `path` through a temporary file and a rename, so a reader never sees a
-  // half-written file and a failed write leaves any previous file in place.
+  // Streams to `path` through a unique temporary file and a rename (atomic_file.hpp), so a
+  // reader never sees a half-written file and a failed write leaves any previous file in place.
   status write(const std::filesystem::path& path) const;
 
   class stream;
   // Writes the header of a file whose tensors were all plan()ned, then takes their bytes
   // in file order (stream::next_name()). The file appears under `path` only when
-  // stream::finish() succeeds; until then it is `path` + ".tmp".
+  // stream::finish() succeeds; until then it is a unique temporary beside it (atomic_file).
   result<stream> begin_stream(const std::filesystem::path& path) const;
 
  private:
@@ -174,7 +175,7 @@ class writer {
 class writer::stream {
  public:
   stream(stream&& o) noexcept
-      : fp_(std::exchange(o.fp_, nullptr)), path_(std::move(o.path_)), tmp_(std::move(o.tmp_)),
+      : file_(std::move(o.file_)), path_(std::move(o.path_)),
         names_(std::move(o.names_)), sizes_(std::move(o.sizes_)), next_(o.next_) {}
   stream& operator=(stream&&) = delete;
   stream(const stream&) = delete;
@@ -192,8 +193,8 @@ class writer::stream {
   friend class writer;
   stream() = default;
   void abandon() noexcept;
-  std::FILE* fp_ = nullptr;
-  std::filesystem::path path_, tmp_;
+  atomic_file file_;
+  std::filesystem::path path_;
   std::vector<std::string> names_;
   std::vector<std::uint64_t> sizes_;
   std::size_t next_ = 0;
@@ -406,26 +407,12 @@ SLM_INLINE status writer::write(const std::filesystem::path& path) const {
   SLM_TRY(no_deferred());
   const auto order = ordered();
   const std::string head = header_text(order);
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  std::FILE* fp = std::fopen(tmp.string().c_str(), "wb");
-  if (!fp) return make_error(errc::io_error, tmp.string(), ": cannot create: ", std::strerror(errno));
-  bool good = std::fwrite(length_prefix(head).data(), 1, 8, fp) == 8 &&
-              std::fwrite(head.data(), 1, head.size(), fp) == head.size();
-  for (const entry* e : order)
-    if (good && !e->data.empty()) good = std::fwrite(e->data.data(), 1, e->data.size(), fp) == e->data.size();
-  good = (std::fclose(fp) == 0) && good;
-  std::error_code ec;
-  if (!good) {
-    std::filesystem::remove(tmp, ec);
-    return make_error(errc::io_error, tmp.string(), ": write failed: ", std::strerror(errno));
-  }
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp, ec);
-    return make_error(errc::io_error, path.string(), ": cannot rename the temporary file into place");
-  }
-  return {};
+  auto f = atomic_file::create(path);
+  if (!f.ok()) return std::move(f).take_error();
+  SLM_TRY(f->write(length_prefix(head)));
+  SLM_TRY(f->write(head));
+  for (const entry* e : order) SLM_TRY(f->write(e->data));
+  return f->commit();
 }
 
 SLM_INLINE status writer::no_deferred() const {
@@ -478,43 +465,24 @@ SLM_INLINE std::array<std::byte, 8> writer::length_prefix(const std::string& hea
 }
 
 SLM_INLINE status writer::stream::append(std::string_view name, std::span<const std::byte> data) {
-  if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+  if (!file_.is_open()) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
   if (done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' appended after the last one");
   if (name != names_[next_])
     return make_error(errc::invalid_argument, path_.string(), ": expected tensor '", names_[next_], "' next, got '", name, "'");
   if (data.size() != sizes_[next_])
     return make_error(errc::invalid_argument, path_.string(), ": tensor '", name, "' needs ", sizes_[next_], " bytes, got ", data.size());
-  if (!data.empty() && std::fwrite(data.data(), 1, data.size(), fp_) != data.size()) {
-    abandon();
-    return make_error(errc::io_error, tmp_.string(), ": write failed: ", std::strerror(errno));
-  }
+  SLM_TRY(file_.write(data));  // on failure the temporary is gone
   ++next_;
   return {};
 }
 
 SLM_INLINE status writer::stream::finish() {
-  if (!fp_) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
+  if (!file_.is_open()) return make_error(errc::invalid_argument, path_.string(), ": stream is closed");
   if (!done()) return make_error(errc::invalid_argument, path_.string(), ": tensor '", names_[next_], "' was never appended");
-  const bool closed = std::fclose(std::exchange(fp_, nullptr)) == 0;
-  std::error_code ec;
-  if (!closed) {
-    std::filesystem::remove(tmp_, ec);
-    return make_error(errc::io_error, tmp_.string(), ": close failed");
-  }
-  std::filesystem::rename(tmp_, path_, ec);
-  if (ec) {
-    std::filesystem::remove(tmp_, ec);
-    return make_error(errc::io_error, path_.string(), ": cannot rename the temporary file into place");
-  }
-  return {};
+  return file_.commit();
 }
 
-SLM_INLINE void writer::stream::abandon() noexcept {
-  if (!fp_) return;
-  std::fclose(std::exchange(fp_, nullptr));
-  std::error_code ec;
-  std::filesystem::remove(tmp_, ec);
-}
+SLM_INLINE void writer::stream::abandon() noexcept { file_.abandon(); }
 
 SLM_INLINE result<writer::stream> writer::begin_stream(const std::filesystem::path& path) const {
   for (const auto& e : entries_)
@@ -523,18 +491,15 @@ SLM_INLINE result<writer::stream> writer::begin_stream(const std::filesystem::pa
   const std::string head = header_text(order);
   stream s;
   s.path_ = path;
-  s.tmp_ = path;
-  s.tmp_ += ".tmp";
   for (const entry* e : order) {
     s.names_.push_back(e->name);
     s.sizes_.push_back(e->size);
   }
-  s.fp_ = std::fopen(s.tmp_.string().c_str(), "wb");
-  if (!s.fp_) return make_error(errc::io_error, s.tmp_.string(), ": cannot create: ", std::strerror(errno));
-  if (std::fwrite(length_prefix(head).data(), 1, 8, s.fp_) != 8 || std::fwrite(head.data(), 1, head.size(), s.fp_) != head.size()) {
-    s.abandon();
-    return make_error(errc::io_error, s.tmp_.string(), ": write failed: ", std::strerror(errno));
-  }
+  auto f = atomic_file::create(path);
+  if (!f.ok()) return std::move(f).take_error();
+  s.file_ = std::move(*f);
+  SLM_TRY(s.file_.write(length_prefix(head)));
+  SLM_TRY(s.file_.write(head));
   return s;
 }
 

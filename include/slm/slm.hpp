@@ -16,6 +16,7 @@
 #include "slm/parallel.hpp"
 #include "slm/json.hpp"
 #include "slm/mapped_file.hpp"
+#include "slm/atomic_file.hpp"
 #include "slm/safetensors.hpp"
 #include "slm/checkpoint.hpp"
 #include "slm/cpu.hpp"
