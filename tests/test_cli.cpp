@@ -409,6 +409,21 @@ TEST(CliText, RunOnTextStreamsSamplesAndResumes) {
   // (text boundaries can fall inside a multi-byte character only if the tokens are
   // bytes of one; the concatenation is compared as bytes either way)
   EXPECT_EQ(chomp(first.out) + chomp(rest.out), chomp(a.out));
+  {  // altered pending logits are refused (issue 18: only the session part was checked)
+    auto bytes = slm::read_text_file(state);
+    ASSERT_TRUE(bytes.ok());
+    ASSERT_GT(bytes->size(), 88u);
+    const auto n = static_cast<unsigned char>((*bytes)[32]);  // the history's length (u64 at 32; small here)
+    const std::size_t logit = 80 + 4 * std::size_t{n} + 4 * 5 + 2;  // a byte of the 6th logit
+    ASSERT_LT(logit, bytes->size());
+    (*bytes)[logit] = static_cast<char>((*bytes)[logit] ^ 1);
+    const std::string bad = (tmp / "bad.state").string();
+    ASSERT_TRUE(slm_test::write_file(bad, *bytes));
+    const auto refused = run_cli(tmp.path(), m + "-n 2 --load-state '" + bad + "'");
+    EXPECT_EQ(refused.exit_code, 1);
+    EXPECT_NE(refused.err.find("generator state: corrupted"), std::string::npos) << refused.err;
+    EXPECT_EQ(refused.out, "");
+  }
   // Fill in the middle with the tokenizer's FIM tokens; stop strings.
   const auto fim = run_cli(tmp.path(), m + "--fim-prefix 'int f(' --fim-suffix ') {}' -n 6");
   EXPECT_EQ(fim.exit_code, 0) << fim.err;

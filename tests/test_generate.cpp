@@ -7,8 +7,10 @@
 // context and a full context; streamed text = decoded tokens.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -166,6 +168,218 @@ TEST(Generate, BadStateFilesLeaveTheGeneratorUnchanged) {
   EXPECT_FALSE(target.load(dir.path() / "missing.safetensors").ok());
   EXPECT_TRUE(target.load(dir.path() / "llama.safetensors").ok());
   EXPECT_EQ(target.history().size(), prompt.size());
+}
+
+// ---- State files: the whole file is checked, and a load that fails changes nothing ----
+
+std::vector<std::byte> file_bytes(const std::filesystem::path& p) {
+  auto t = slm::read_text_file(p);
+  EXPECT_TRUE(t.ok()) << p;
+  return t.ok() ? slm_test::bytes_of(*t) : std::vector<std::byte>{};
+}
+std::uint64_t get_u64(const std::vector<std::byte>& b, std::size_t at) {
+  std::uint64_t v = 0;
+  for (std::size_t i = 8; i-- > 0;) v = (v << 8) | static_cast<std::uint64_t>(b.at(at + i));
+  return v;
+}
+void put_u64(std::vector<std::byte>& b, std::size_t at, std::uint64_t v) {
+  for (std::size_t i = 0; i < 8; ++i) b.at(at + i) = static_cast<std::byte>((v >> (8 * i)) & 0xFF);
+}
+// A new trailing checksum, as a forger would write: the checks behind it must hold alone.
+void reseal(std::vector<std::byte>& b) {
+  put_u64(b, b.size() - 8, slm::state_format::checksum_of(std::span(b.data(), b.size() - 8)));
+}
+
+// Everything a generator carries from one token to the next.
+template <class G>
+::testing::AssertionResult same_state(G& a, G& b) {
+  if (!std::ranges::equal(a.history(), b.history())) return ::testing::AssertionFailure() << "histories differ";
+  if (a.logits().size() != b.logits().size() ||
+      std::memcmp(a.logits().data(), b.logits().data(), a.logits().size() * sizeof(float)) != 0)
+    return ::testing::AssertionFailure() << "logits differ";
+  if (a.session().position() != b.session().position())
+    return ::testing::AssertionFailure() << "positions " << a.session().position() << " and " << b.session().position();
+  if (a.sampling().generator().state() != b.sampling().generator().state())
+    return ::testing::AssertionFailure() << "random states differ";
+  return ::testing::AssertionSuccess();
+}
+
+// One worker: these tests run a few dozen single-token forwards, which a pool of two
+// slows down on a busy machine.
+struct one_thread {
+  slm::thread_pool pool = std::move(*slm::thread_pool::create(1));
+  slm::compute_context cx() {
+    slm::compute_context c{pool};
+    c.quantized_activations = slm::activation_precision::f32;
+    return c;
+  }
+};
+
+// After all the refused loads: the same next tokens as the twin that never tried one.
+template <class G>
+void expect_same_continuation(G& a, G& b, slm::compute_context& cx) {
+  slm::generation_options o;
+  o.max_new_tokens = 6;
+  auto ra = a.generate(o, cx);
+  auto rb = b.generate(o, cx);
+  ASSERT_TRUE(ra.ok() && rb.ok());
+  EXPECT_EQ(ra->tokens, rb->tokens);
+  EXPECT_TRUE(same_state(a, b));
+}
+
+// Issue 18: only the session blob inside a state file was checksummed; altered pending
+// logits changed the continued text, and altered history, a zeroed random state and an
+// unknown format were all accepted. Each region of the file, flipped or forged, is
+// refused, and the generator stays as it was.
+TEST(Generate, StateFilesAreCheckedWhole) {
+  fixture f("golden/hf/llama");
+  one_thread t;
+  auto cx = t.cx();
+  slm_test::temp_dir dir("generate");
+  const auto saved = dir.path() / "saved.state";
+  {
+    auto g = f.gen(sampled(5));
+    ASSERT_TRUE(g.prefill(prompt, cx).ok());
+    ASSERT_TRUE(g.save(saved).ok());
+  }
+  const auto good = file_bytes(saved);
+  const std::size_t n = prompt.size(), rows = f.model.vocab();
+  ASSERT_GT(good.size(), 88u);
+  ASSERT_EQ(std::memcmp(good.data(), "SLMGENST", 8), 0);
+  ASSERT_EQ(get_u64(good, 16), good.size());
+  ASSERT_EQ(get_u64(good, 24), rows);
+  ASSERT_EQ(get_u64(good, 32), n);
+  const std::size_t history_at = 80, logits_at = history_at + 4 * n, session_at = logits_at + 4 * rows;
+  ASSERT_EQ(session_at + get_u64(good, 40) + 8, good.size());
+
+  const std::vector<std::int32_t> mine = {5, 6, 7};
+  auto target = f.gen(sampled(9));
+  auto twin = f.gen(sampled(9));
+  ASSERT_TRUE(target.prefill(mine, cx).ok());
+  ASSERT_TRUE(twin.prefill(mine, cx).ok());
+  const auto refused = [&](const std::vector<std::byte>& bytes, slm::errc code, std::initializer_list<std::string_view> says) {
+    const auto p = dir.path() / "bad.state";
+    EXPECT_TRUE(slm_test::write_file(p, bytes));
+    return slm_test::fails_with(target.load(p), code, says);
+  };
+
+  struct flip {
+    const char* region;
+    std::size_t at;
+    slm::errc code;
+    const char* says;
+  };
+  const slm::errc fe = slm::errc::format_error;
+  for (const flip& c : {flip{"magic", 0, fe, "SLMGENST"}, flip{"version", 8, slm::errc::unsupported, "format version 3"},
+                        flip{"reserved", 12, fe, "reserved"}, flip{"total size", 16, fe, "truncated or padded"},
+                        flip{"rows", 24, fe, "corrupted"}, flip{"history length", 32, fe, "corrupted"},
+                        flip{"session size", 40, fe, "corrupted"}, flip{"random state", 48 + 8 * 3 + 5, fe, "corrupted"},
+                        flip{"history", history_at + 4, fe, "corrupted"}, flip{"logits", logits_at + 4 * 17 + 1, fe, "corrupted"},
+                        flip{"session", session_at + (good.size() - 8 - session_at) / 2, fe, "corrupted"},
+                        flip{"checksum", good.size() - 3, fe, "corrupted"}}) {
+    auto b = good;
+    b[c.at] ^= std::byte{1};  // the version: 2 becomes 3
+    EXPECT_TRUE(refused(b, c.code, {"generator state", c.says})) << c.region;
+    EXPECT_TRUE(same_state(target, twin)) << c.region;
+  }
+
+  // Forged with a valid checksum: every field is still checked on its own.
+  {
+    auto b = good;
+    for (std::size_t w = 0; w < 4; ++w) put_u64(b, 48 + 8 * w, 0);
+    reseal(b);
+    EXPECT_TRUE(refused(b, fe, {"random state is all zero"}));
+  }
+  {
+    auto b = good;
+    b[8] = std::byte{7};  // a later format
+    reseal(b);
+    EXPECT_TRUE(refused(b, slm::errc::unsupported, {"format version 7", "reads version 2"}));
+  }
+  {
+    auto b = good;
+    put_u64(b, history_at, rows);  // the first id becomes `rows` (outside the vocabulary), the second 0
+    reseal(b);
+    EXPECT_TRUE(refused(b, fe, {"history holds token id", "outside"}));
+  }
+  {
+    auto b = good;
+    put_u64(b, 24, rows + 1);  // another model's logit rows
+    reseal(b);
+    EXPECT_TRUE(refused(b, slm::errc::invalid_argument, {"logit rows of"}));
+  }
+  {
+    auto b = good;
+    b.insert(b.end() - 8, 4, std::byte{0});  // bytes no field accounts for
+    put_u64(b, 16, b.size());
+    reseal(b);
+    EXPECT_TRUE(refused(b, fe, {"4 bytes after the session state"}));
+  }
+  {  // the first format (safetensors, only the session checksummed) is refused by name
+    slm::safetensors::writer w;
+    w.set_metadata("format", "slm.generator.v1");
+    const std::vector<std::byte> blob(64);
+    ASSERT_TRUE(w.add("session", slm::dtype::u8, slm::shape{64}, blob).ok());
+    auto v1 = w.serialize();
+    ASSERT_TRUE(v1.ok());
+    EXPECT_TRUE(refused(*v1, slm::errc::unsupported, {"slm.generator.v1", "save the state again"}));
+  }
+  {  // a session's own state file (session_file.hpp) is not a generator's
+    const auto p = dir.path() / "session.state";
+    ASSERT_TRUE(slm::save_state_file(twin.session(), p).ok());
+    EXPECT_TRUE(slm_test::fails_with(target.load(p), fe, {"a session's state"}));
+  }
+  EXPECT_TRUE(same_state(target, twin));
+  expect_same_continuation(target, twin, cx);
+  ASSERT_TRUE(target.load(saved).ok());  // the untouched file still loads
+  EXPECT_EQ(target.history().size(), n);
+}
+
+// Issue 18: load() replaced the session before its last check (the session's position
+// against the history), so a file failing only that check left a half-loaded generator
+// that generate() carried on with. Now every check precedes the session's load, which
+// itself changes nothing when it fails.
+TEST(Generate, FailedLoadChangesNothing) {
+  fixture f("golden/hf/llama");
+  one_thread t;
+  auto cx = t.cx();
+  slm_test::temp_dir dir("generate");
+  auto source = f.gen(sampled(5));
+  ASSERT_TRUE(source.prefill(prompt, cx).ok());
+  const std::vector<std::int32_t> history(source.history().begin(), source.history().end());
+  const std::vector<float> logits(source.logits().begin(), source.logits().end());
+  const auto rng = source.sampling().generator().state();
+  ASSERT_TRUE(source.step(cx).ok());  // the session now holds one token more than `history`
+  auto longer = source.session().save();
+  ASSERT_TRUE(longer.ok());
+
+  const std::vector<std::int32_t> mine = {5, 6, 7};
+  auto target = f.gen(sampled(9));
+  auto twin = f.gen(sampled(9));
+  ASSERT_TRUE(target.prefill(mine, cx).ok());
+  ASSERT_TRUE(twin.prefill(mine, cx).ok());
+
+  const auto file = dir.path() / "mismatch.state";
+  ASSERT_TRUE(slm::generator_file::write(file, {*longer, history, logits, rng}).ok());
+  EXPECT_TRUE(slm_test::fails_with(target.load(file), slm::errc::format_error,
+                                   {"the session holds 8 tokens but the history 7"}));
+  EXPECT_TRUE(same_state(target, twin));
+
+  // Every check of the file passes; the session's own load refuses its blob (a byte of
+  // its records altered, so its inner checksum fails): still nothing changes.
+  auto damaged = *longer;
+  damaged[damaged.size() / 2] ^= std::byte{1};
+  const std::vector<std::int32_t> eight(source.history().begin(), source.history().end());
+  ASSERT_TRUE(slm::generator_file::write(file, {damaged, eight, source.logits(), rng}).ok());
+  EXPECT_TRUE(slm_test::fails_with(target.load(file), slm::errc::format_error, {"session state", "corrupted"}));
+  EXPECT_TRUE(same_state(target, twin));
+  expect_same_continuation(target, twin, cx);
+
+  // And the same parts, consistent, load.
+  ASSERT_TRUE(slm::generator_file::write(file, {*longer, eight, source.logits(), rng}).ok());
+  ASSERT_TRUE(target.load(file).ok());
+  EXPECT_EQ(target.history().size(), 8u);
+  EXPECT_EQ(target.session().position(), 8u);
 }
 
 TEST(Generate, StopTokensStopStringsAndCallbacks) {

@@ -9,8 +9,9 @@
 //   generate()    loops step() with the stop rules, streaming whole UTF-8 characters to
 //                 a callback (which may stop generation by returning false);
 //   save()/load() write and read all of it (the session's caches, the history, the
-//                 sampler's random state, the pending logits) as one safetensors file:
-//                 continuing a loaded generator gives the same tokens as never stopping.
+//                 sampler's random state, the pending logits) as one checksummed file
+//                 (generator_file below): continuing a loaded generator gives the same
+//                 tokens as never stopping, and a load that fails changes nothing.
 // Errors are values and lose nothing: a prompt that does not fit the context is refused
 // before any compute; a cancelled or failed forward leaves the session as it was
 // (sessions guarantee this) and generate() reports how far it got.
@@ -23,6 +24,7 @@
 #include "slm/build_mode.hpp"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -38,14 +40,21 @@
 
 #include "slm/detokenizer.hpp"
 #include "slm/linear.hpp"
+#include "slm/mapped_file.hpp"
+#include "slm/recurrent_cache.hpp"
 #include "slm/safetensors.hpp"
 #include "slm/sampling.hpp"
+#include "slm/session_file.hpp"
 #include "slm/status.hpp"
 #include "slm/stop_strings.hpp"
 #include "slm/tokenizer.hpp"
 
 namespace slm {
 
+// save() returns the session's state blob and load(blob) replaces the state with it (on
+// an error, changing nothing). The blob starts with the header every session kind shares
+// (recurrent_cache.hpp, layout in model.hpp), and load() takes its position from there:
+// generator::load checks that position against the saved history before loading.
 template <class S>
 concept generation_session = requires(S& s, const S& cs, std::span<const std::int32_t> ids, float* logits,
                                       compute_context& cx, std::span<const std::byte> blob) {
@@ -84,6 +93,58 @@ struct generation_result {
   std::int32_t stop_token = -1;      // the stop token sampled, when reason == stop_token
   double seconds = 0;                // wall time of the loop (sampling + forwards)
 };
+
+// ---- The generator's state file (generator::save / load) ----
+// Version 2; little-endian, floats as IEEE-754 bits, one checksum over the whole file:
+//   offset 0   8  magic "SLMGENST"
+//          8   4  u32 version (2)
+//          12  4  zero
+//          16  8  u64 total size in bytes, checksum included
+//          24  8  u64 rows: the width of the logit rows (the model's vocab())
+//          32  8  u64 n: the history's length (tokens fed; the session's position; >= 1)
+//          40  8  u64 b: the session state's size in bytes
+//          48 32  the sampler's random state: 4 x u64 (xoshiro256**; not all zero)
+//          80     n x i32 the history (token ids in [0, rows))
+//                 rows x f32 the pending logits (the next-token row)
+//                 b bytes: the session's own state blob (model.hpp's format, which has its
+//                 own checksum; its header's position must be n)
+//          end-8  8  u64 checksum of every byte before it (state_format::checksum)
+// Version 1 was a safetensors file (metadata "format": "slm.generator.v1") in which only
+// the session blob was checksummed: altered logits, history or random state went
+// unnoticed. It is refused (unsupported) with a request to save the state again.
+namespace generator_file {
+
+inline constexpr char magic[8] = {'S', 'L', 'M', 'G', 'E', 'N', 'S', 'T'};
+inline constexpr std::uint32_t version = 2;
+inline constexpr std::size_t header_bytes = 80;
+
+// What a file holds (to write: borrowed spans).
+struct view {
+  std::span<const std::byte> session;
+  std::span<const std::int32_t> history;
+  std::span<const float> logits;
+  std::array<std::uint64_t, 4> rng{};
+};
+// What a file holds, read and checked; `session` points into the bytes parsed.
+struct parts {
+  std::span<const std::byte> session;
+  std::vector<std::int32_t> history;
+  std::vector<float> logits;
+  std::array<std::uint64_t, 4> rng{};
+};
+
+// Writes a file through a temporary file and a rename (save_state_file, session_file.hpp):
+// a reader never sees a partial file, and a failed write leaves any previous one.
+status write(const std::filesystem::path& path, const view& v);
+
+// Checks a whole file for a generator of `rows`-wide logit rows, in this order: magic,
+// version (unsupported for any but 2), reserved bytes, total size, checksum (format_error),
+// rows (invalid_argument: another model's file), the lengths, the random state, the
+// history's ids and the session blob's position against the history (format_error). The
+// session blob itself is left to the session's load().
+result<parts> parse(std::span<const std::byte> bytes, std::size_t rows);
+
+}  // namespace generator_file
 
 template <generation_session Session>
 class generator {
@@ -136,9 +197,11 @@ class generator {
   }
 
   // ---- State files ----
-  // One safetensors file: "session" U8 (the session's own state blob, checked by its
-  // load), "history" I32 [n], "logits" F32 [rows], "rng" U64 [4]; metadata names the
-  // format. load() checks every part against this generator before replacing anything.
+  // One file (generator_file above: the session's state blob, the history, the pending
+  // logits and the sampler's random state under one checksum). load() checks the whole
+  // file, then lets the session load its blob (the last step that can fail; the session
+  // is unchanged when it does), then commits the rest: on any error the generator is
+  // exactly as before.
   status save(const std::filesystem::path& path) const;
   status load(const std::filesystem::path& path);
 
@@ -305,55 +368,22 @@ status generator<Session>::save(const std::filesystem::path& path) const {
   if (!ready()) return make_error(errc::invalid_argument, "save: nothing prefilled yet");
   auto blob = session_.save();
   if (!blob.ok()) return std::move(blob).error();
-  const auto rng_state = sampler_.generator().state();
-  safetensors::writer w;
-  w.set_metadata("format", "slm.generator.v1");
-  SLM_TRY(w.add("session", dtype::u8, shape{static_cast<std::int64_t>(blob->size())}, *blob));
-  SLM_TRY(w.add("history", dtype::i32, shape{static_cast<std::int64_t>(history_.size())}, std::as_bytes(std::span(history_))));
-  SLM_TRY(w.add("logits", dtype::f32, shape{static_cast<std::int64_t>(logits_.size())}, std::as_bytes(std::span(logits_))));
-  SLM_TRY(w.add("rng", dtype::u64, shape{static_cast<std::int64_t>(rng_state.size())}, std::as_bytes(std::span(rng_state))));
-  return w.write(path);
+  return generator_file::write(path, {*blob, history_, logits_, sampler_.generator().state()});
 }
 
 template <generation_session Session>
 status generator<Session>::load(const std::filesystem::path& path) {
-  auto f = safetensors::file::open(path);
-  if (!f.ok()) return std::move(f).error();
-  auto part = [&](std::string_view name, dtype t) -> result<tensor_view> {
-    auto v = f->tensor(name);
-    if (!v.ok()) return std::move(v).take_error().with_context(path.string());
-    if (v->type() != t || v->shape().rank() != 1)
-      return make_error(errc::format_error, path.string(), ": tensor '", name, "' is not a ", safetensors_name(t), " vector");
-    return v;
-  };
-  auto blob = part("session", dtype::u8);
-  if (!blob.ok()) return std::move(blob).error();
-  auto hist = part("history", dtype::i32);
-  if (!hist.ok()) return std::move(hist).error();
-  auto lg = part("logits", dtype::f32);
-  if (!lg.ok()) return std::move(lg).error();
-  auto rs = part("rng", dtype::u64);
-  if (!rs.ok()) return std::move(rs).error();
-  if (static_cast<std::size_t>(lg->shape()[0]) != rows_)
-    return make_error(errc::invalid_argument, path.string(), ": logits of ", lg->shape()[0], " rows; this model has ", rows_);
-  if (rs->shape()[0] != 4) return make_error(errc::format_error, path.string(), ": rng state is not 4 words");
-  std::vector<std::int32_t> history(static_cast<std::size_t>(hist->shape()[0]));
-  std::memcpy(history.data(), hist->bytes().data(), history.size() * 4);
-  for (std::int32_t id : history)
-    if (id < 0 || static_cast<std::size_t>(id) >= rows_)
-      return make_error(errc::format_error, path.string(), ": history holds token id ", id, " outside [0, ", rows_, ")");
-  std::vector<float> logits(rows_);
-  std::memcpy(logits.data(), lg->bytes().data(), rows_ * 4);
-  std::array<std::uint64_t, 4> rng_state{};
-  std::memcpy(rng_state.data(), rs->bytes().data(), 32);
-  // The session checks its blob (magic, checksum, structure) and is unchanged on error.
-  if (status st_ = session_.load(blob->bytes()); !st_.ok()) return std::move(st_).with_context(path.string());
-  if (session_.position() != history.size())
-    return make_error(errc::format_error, path.string(), ": the session holds ", session_.position(),
-                      " tokens but the history ", history.size());
-  history_ = std::move(history);
-  logits_ = std::move(logits);
-  sampler_.generator().set_state(rng_state);
+  auto f = mapped_file::open(path);
+  if (!f.ok()) return std::move(f).take_error();
+  auto p = generator_file::parse(f->bytes(), rows_);
+  if (!p.ok()) return std::move(p).take_error().with_context(path.string());
+  // parse() checked everything but the blob's records, including that the blob's position
+  // is the history's length (the position the session takes from it). The session's load
+  // is the last step that can fail, and it changes nothing when it does; the rest is moves.
+  if (status st = session_.load(p->session); !st.ok()) return std::move(st).with_context(path.string());
+  history_ = std::move(p->history);
+  logits_ = std::move(p->logits);
+  sampler_.generator().set_state(p->rng);
   return {};
 }
 
@@ -365,6 +395,129 @@ result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_v
                                              fim_order order = fim_order::psm, bool bos = false);
 
 #if SLM_DEFINE_TEXT
+
+namespace detail {
+
+// A generator file as save_state_file (session_file.hpp) wants it: its size, and its
+// bytes streamed through write(std::span<const std::byte>) -> status.
+struct generator_file_image {
+  const generator_file::view& v;
+
+  std::uint64_t total() const noexcept {
+    return generator_file::header_bytes + 4 * static_cast<std::uint64_t>(v.history.size()) +
+           4 * static_cast<std::uint64_t>(v.logits.size()) + v.session.size() + state_format::checksum_bytes;
+  }
+  result<std::uint64_t> saved_size() const { return total(); }
+  template <class Write>
+  status save(Write&& write) const {
+    using W = std::remove_reference_t<Write>;
+    state_writer w([](void* ctx, std::span<const std::byte> b) -> status { return (*static_cast<W*>(ctx))(b); },
+                   const_cast<void*>(static_cast<const void*>(std::addressof(write))), true);
+    SLM_TRY(w.bytes(generator_file::magic, sizeof generator_file::magic));
+    SLM_TRY(w.u32(generator_file::version));
+    SLM_TRY(w.u32(0));
+    SLM_TRY(w.u64(total()));
+    SLM_TRY(w.u64(v.logits.size()));
+    SLM_TRY(w.u64(v.history.size()));
+    SLM_TRY(w.u64(v.session.size()));
+    for (std::uint64_t word : v.rng) SLM_TRY(w.u64(word));
+    SLM_TRY(w.i32(v.history.data(), v.history.size()));
+    SLM_TRY(w.f32(v.logits.data(), v.logits.size()));
+    SLM_TRY(w.bytes(v.session.data(), v.session.size()));
+    if (w.written() + state_format::checksum_bytes != total())
+      return make_error(errc::invalid_argument, "generator state: ", w.written(), " bytes written, ",
+                        total() - state_format::checksum_bytes, " expected (internal error)");
+    return w.u64(w.checksum());
+  }
+  // saveable_session asks for it; a file image is only written.
+  status load(std::span<const std::byte>) { return make_error(errc::unsupported, "generator state: the image is write-only"); }
+};
+
+// A version-1 file: safetensors (a u64 header length, then the JSON header) whose
+// metadata names the old format.
+inline bool is_generator_file_v1(std::span<const std::byte> b) {
+  if (b.size() < 9 || b[8] != std::byte{'{'}) return false;
+  const std::string_view head(reinterpret_cast<const char*>(b.data() + 8), std::min<std::size_t>(b.size() - 8, 1 << 16));
+  return head.find("\"slm.generator.v1\"") != std::string_view::npos;
+}
+
+}  // namespace detail
+
+SLM_INLINE status generator_file::write(const std::filesystem::path& path, const view& v) {
+  if (v.history.empty() || v.logits.empty())
+    return make_error(errc::invalid_argument, "generator state: no history or no logits to save");
+  return save_state_file(detail::generator_file_image{v}, path);
+}
+
+namespace detail {
+
+SLM_INLINE result<generator_file::parts> parse_generator_file(std::span<const std::byte> bytes, std::size_t rows) {
+  namespace sf = state_format;
+  using namespace generator_file;
+  auto bad = [](const auto&... what) { return make_error(errc::format_error, what...); };
+  if (bytes.size() >= sizeof magic && std::memcmp(bytes.data(), magic, sizeof magic) != 0) {
+    if (is_generator_file_v1(bytes))
+      return make_error(errc::unsupported, "a file of the first format (slm.generator.v1, safetensors), "
+                                           "which this build no longer reads (only its session part was checksummed): "
+                                           "save the state again with this build");
+    if (std::memcmp(bytes.data(), sf::magic, sizeof sf::magic) == 0)
+      return bad("a session's state (\"SLMSTATE\", session_file.hpp), not a generator's (\"SLMGENST\")");
+    return bad("not a slm generator state file (no \"SLMGENST\" magic at byte 0)");
+  }
+  constexpr std::size_t least = header_bytes + sf::checksum_bytes;
+  if (bytes.size() < 12) return bad("truncated: ", bytes.size(), " bytes, the header and checksum alone take ", least);
+  state_reader r(bytes.first(bytes.size() >= least ? bytes.size() - sf::checksum_bytes : bytes.size()));
+  SLM_TRY(r.skip(sizeof magic, "magic"));
+  std::uint32_t ver = 0;
+  SLM_TRY(r.u32(ver, "version"));
+  if (ver != version)
+    return make_error(errc::unsupported, "format version ", ver, "; this build reads version ", version);
+  if (bytes.size() < least) return bad("truncated: ", bytes.size(), " bytes, the header and checksum alone take ", least);
+  SLM_TRY(r.zeros(4, "reserved header bytes"));
+  std::uint64_t total = 0, width = 0;
+  SLM_TRY(r.u64(total, "total size"));
+  if (total != bytes.size())
+    return bad("truncated or padded: the header says ", total, " bytes, the file has ", bytes.size());
+  const std::uint64_t sum = sf::detail::load_u64le(bytes.data() + bytes.size() - sf::checksum_bytes);
+  const std::uint64_t computed = sf::checksum_of(bytes.first(bytes.size() - sf::checksum_bytes));
+  if (sum != computed) return bad("corrupted: the checksum is ", sum, ", the data's is ", computed);
+  SLM_TRY(r.u64(width, "rows"));
+  if (width != rows)
+    return make_error(errc::invalid_argument, "logit rows of ", width, " values; this model's are ", rows);
+  std::size_t n = 0, session_bytes = 0;
+  SLM_TRY(r.size(n, "history length"));
+  SLM_TRY(r.size(session_bytes, "session state size"));
+  if (n == 0) return bad("an empty history (a saved generator has fed at least one token)");
+  parts p;
+  for (auto& word : p.rng) SLM_TRY(r.u64(word, "random state"));
+  if ((p.rng[0] | p.rng[1] | p.rng[2] | p.rng[3]) == 0)
+    return bad("the sampler's random state is all zero (a state xoshiro never reaches)");
+  SLM_TRY(r.need_items(n, 4, "history"));
+  p.history.resize(n);
+  SLM_TRY(r.i32(p.history.data(), n, "history"));
+  SLM_TRY(r.need_items(rows, 4, "logits"));
+  p.logits.resize(rows);
+  SLM_TRY(r.f32(p.logits.data(), rows, "logits"));
+  SLM_TRY(r.need(session_bytes, "session state"));
+  p.session = bytes.subspan(r.offset(), session_bytes);
+  SLM_TRY(r.skip(session_bytes, "session state"));
+  if (r.remaining() != 0) return bad(r.remaining(), " bytes after the session state");
+  for (std::size_t i = 0; i < n; ++i)
+    if (p.history[i] < 0 || static_cast<std::size_t>(p.history[i]) >= rows)
+      return bad("history holds token id ", p.history[i], " at index ", i, ", outside [0, ", rows, ")");
+  const auto position = sf::blob_position(p.session);
+  if (!position) return bad("the session part is not a slm session state (no \"SLMSTATE\" header)");
+  if (*position != n) return bad("the session holds ", *position, " tokens but the history ", n);
+  return p;
+}
+
+}  // namespace detail
+
+SLM_INLINE result<generator_file::parts> generator_file::parse(std::span<const std::byte> bytes, std::size_t rows) {
+  auto p = detail::parse_generator_file(bytes, rows);
+  if (!p.ok()) return std::move(p).take_error().with_context("generator state");
+  return p;
+}
 
 SLM_INLINE result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
                                                         fim_order order, bool bos) {

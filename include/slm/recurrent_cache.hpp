@@ -71,6 +71,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
@@ -314,6 +315,15 @@ struct header {
 };
 
 inline const char* kv_name(std::uint8_t kv) noexcept { return kv == 0 ? "f32" : "bf16"; }
+
+// The position (tokens consumed) a blob's header records: what its session holds after a
+// load() of it. nullopt when the bytes do not start with a blob header; nothing else is
+// checked (load() does that), so a caller can check the position against its own state
+// before it lets a session load anything (generator::load, generate.hpp).
+inline std::optional<std::uint64_t> blob_position(std::span<const std::byte> bytes) noexcept {
+  if (bytes.size() < header_bytes || std::memcmp(bytes.data(), magic, sizeof magic) != 0) return std::nullopt;
+  return detail::load_u64le(bytes.data() + 40);
+}
 
 status write_header(state_writer& w, const header& h, std::uint64_t total);
 
