@@ -174,17 +174,18 @@ SLM_INLINE void bpe_merges::merge_heap(std::vector<std::int32_t>& ids, bpe_scrat
   const auto n = static_cast<std::int32_t>(ids.size());
   s.nodes.resize(ids.size());
   s.heap.clear();
-  for (std::int32_t i = 0; i < n; ++i) s.nodes[i] = {ids[i], i - 1, i + 1 < n ? i + 1 : -1};
+  auto at = [&s](std::int32_t i) -> auto& { return s.nodes[static_cast<std::size_t>(i)]; };  // i >= 0
+  for (std::int32_t i = 0; i < n; ++i) at(i) = {ids[static_cast<std::size_t>(i)], i - 1, i + 1 < n ? i + 1 : -1};
   auto later = [](const bpe_scratch::candidate& x, const bpe_scratch::candidate& y) {
     return x.rank != y.rank ? x.rank > y.rank : x.pos > y.pos;
   };
   auto push = [&](std::int32_t pos) {
-    const std::int32_t nx = s.nodes[pos].next;
+    const std::int32_t nx = at(pos).next;
     if (nx < 0) return;
-    const auto [r, m] = find(s.nodes[pos].id, s.nodes[nx].id);
+    const auto [r, m] = find(at(pos).id, at(nx).id);
     (void)m;
     if (r == no_rank) return;
-    s.heap.push_back({r, pos, s.nodes[pos].id, s.nodes[nx].id});
+    s.heap.push_back({r, pos, at(pos).id, at(nx).id});
     std::push_heap(s.heap.begin(), s.heap.end(), later);
   };
   for (std::int32_t i = 0; i + 1 < n; ++i) push(i);
@@ -192,19 +193,19 @@ SLM_INLINE void bpe_merges::merge_heap(std::vector<std::int32_t>& ids, bpe_scrat
     std::pop_heap(s.heap.begin(), s.heap.end(), later);
     const bpe_scratch::candidate c = s.heap.back();
     s.heap.pop_back();
-    auto& left = s.nodes[c.pos];
+    auto& left = at(c.pos);
     if (left.id != c.left || left.next < 0) continue;
-    auto& right = s.nodes[left.next];
+    auto& right = at(left.next);
     if (right.id != c.right) continue;
     left.id = find(c.left, c.right).second;
     right.id = -1;
     left.next = right.next;
-    if (right.next >= 0) s.nodes[right.next].prev = c.pos;
+    if (right.next >= 0) at(right.next).prev = c.pos;
     if (left.prev >= 0) push(left.prev);
     push(c.pos);
   }
   std::size_t out = 0;
-  for (std::int32_t i = 0; i >= 0; i = s.nodes[i].next) ids[out++] = s.nodes[i].id;
+  for (std::int32_t i = 0; i >= 0; i = at(i).next) ids[out++] = at(i).id;
   ids.resize(out);
 }
 

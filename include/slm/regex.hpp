@@ -108,7 +108,7 @@ using byte_set = std::array<std::uint64_t, 4>;
 inline void set_byte(byte_set& s, unsigned b) { s[b >> 6] |= std::uint64_t{1} << (b & 63); }
 inline bool has_byte(const byte_set& s, unsigned b) { return s[b >> 6] >> (b & 63) & 1u; }
 inline void add_set(byte_set& a, const byte_set& b) {
-  for (int i = 0; i < 4; ++i) a[i] |= b[i];
+  for (std::size_t i = 0; i < 4; ++i) a[i] |= b[i];
 }
 inline unsigned lead_byte(char32_t cp) {
   if (cp < 0x80) return cp;

@@ -314,7 +314,7 @@ SLM_INLINE result<classifier_router> classifier_router::from_file(const safetens
       return make_error(errc::format_error, "router classifier: tensor '", name, "' is ", safetensors_name(t->type()), " ",
                         t->shape().to_string(), ", expected F32 ", ws, "]");
     }
-    out.assign(t->numel(), 0.0f);
+    out.assign(static_cast<std::size_t>(t->numel()), 0.0f);
     SLM_TRY(t->to_f32(out));
     for (std::size_t i = 0; i < out.size(); ++i)
       if (!std::isfinite(out[i]))

@@ -156,7 +156,8 @@ result<std::vector<shared_boundary>> common_boundaries(const tokenizer& a, std::
 
 SLM_INLINE std::string detail::printable(std::string_view s) {
   std::string out;
-  for (unsigned char c : s) {
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x20 && c < 0x7F && c != '\\') out.push_back(static_cast<char>(c));
     else out += cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
   }
