@@ -686,11 +686,11 @@ int cmd_run(const args& a) {
         std::vector<std::int32_t> out;
         slm::speculative_stats st;
         if (sc.temperature == 0.0f) {
-          if (auto s = slm::generate_greedy_mtp(session, prompt, count, k, V, smp, out, st, cx); !s.ok()) return fail(s);
+          if (auto s = slm::generate_greedy_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
         } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
-          if (auto s = slm::generate_sampled_mtp(session, prompt, count, k, V, smp, out, st, cx); !s.ok()) return fail(s);
+          if (auto s = slm::generate_sampled_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
         }
-        auto r = apply_stop_rules(out, go, t);  // as generate() would have stopped
+        auto r = apply_stop_rules(out, go, t);  // drops the stop token; stop strings as generate()
         if (!r.ok()) return fail(r.error());
         if (ids_mode) {
           print_ids(r->tokens);

@@ -168,6 +168,37 @@ TEST(Speculative, GreedyMtpAppliesBiasAndPenaltiesAsPlainGreedy) {
                                    slm::errc::invalid_argument, {"temperature"}));
 }
 
+// A stop token ends speculative generation where it ends plain generation: the toy's
+// greedy chain after the prompt is 7, 0, 1, 4, 2, 7, ...; with stop token 4 both the
+// greedy and the sampled form (top-k 1, so deterministic) emit 7, 0, 1, 4 and nothing
+// after it is fed, whichever draft the stop arrives in (and whether the drafts are right).
+TEST(Speculative, StopTokenEndsGenerationUnfed) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  const std::vector<std::int32_t> prompt = {4, 7, 2}, stops = {4}, expect = {7, 0, 1, 4};
+  for (std::size_t k : {0u, 1u, 2u, 3u}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      for (bool sampled : {false, true}) {
+        toy_session s;
+        s.wrong.assign(64, false);
+        for (std::size_t i = 0; i < s.wrong.size(); ++i) s.wrong[i] = trial == 1 || (trial > 1 && (i + static_cast<std::size_t>(trial)) % 3 == 0);
+        std::vector<std::int32_t> out;
+        slm::speculative_stats st;
+        slm::sampler_config c;
+        c.temperature = sampled ? 1.0f : 0.0f;
+        c.top_k = 1;
+        slm::sampler smp(c);
+        const slm::status r = sampled ? slm::generate_sampled_mtp(s, prompt, 20, k, s.V, smp, out, st, cx, stops)
+                                      : slm::generate_greedy_mtp(s, prompt, 20, k, s.V, smp, out, st, cx, stops);
+        ASSERT_TRUE(r.ok()) << r.message();
+        EXPECT_EQ(out, expect) << "k = " << k << ", trial " << trial << (sampled ? ", sampled" : ", greedy");
+        EXPECT_EQ(s.fed.size(), prompt.size() + expect.size() - 1) << "k = " << k << ", trial " << trial;
+        EXPECT_EQ(st.generated, expect.size());
+      }
+    }
+  }
+}
+
 // Non-finite logits are an error, as in plain generation (sampler: "logits[i] is NaN"),
 // named by the token being generated - never a silent pick: a NaN in the main model's row
 // for the 6th token (with and without drafts), +infinity in the prompt's row, and a NaN

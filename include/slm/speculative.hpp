@@ -44,6 +44,12 @@ concept mtp_session = requires(S& s, std::span<const std::int32_t> ids, float* l
   { s.rollback(std::size_t{}) } -> std::same_as<status>;
 };
 
+namespace detail {
+inline bool is_stop(std::span<const std::int32_t> stops, std::int32_t id) noexcept {
+  return std::find(stops.begin(), stops.end(), id) != stops.end();
+}
+}  // namespace detail
+
 struct speculative_stats {
   std::size_t generated = 0;      // tokens emitted
   std::size_t main_forwards = 0;  // main-model forward calls, the prompt's included
@@ -67,13 +73,15 @@ struct speculative_stats {
 // emitted token is the one a generator with the same sampler would pick. Errors name the
 // token as generator::generate does ("generate: token i"). Appends the tokens to `out`;
 // the last one is not fed back (as in plain greedy decoding, it needs no forward of its
-// own). On an error the tokens so far are in `out` and the session holds every token
-// emitted before the failing call. `smp` must be configured for `vocab` rows with
-// temperature 0.
+// own). A token in `stops` (EOS) ends generation as it ends plain generation, before
+// n tokens: it is the last token appended and, like any last token, not fed, so nothing
+// after it is computed. On an error the tokens so far are in `out` and the session holds
+// every token emitted before the failing call. `smp` must be configured for `vocab` rows
+// with temperature 0.
 template <mtp_session Session>
 status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
                            std::size_t vocab, sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
-                           compute_context& cx) {
+                           compute_context& cx, std::span<const std::int32_t> stops = {}) {
   if (n == 0) return {};
   if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
   if (smp.config().temperature != 0.0f)
@@ -101,7 +109,7 @@ status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std
     history.push_back(x);
     ++st.generated;
     const std::size_t left = n - std::min(n, st.generated);
-    if (left == 0) return {};
+    if (left == 0 || detail::is_stop(stops, x)) return {};
     // At most left - 1 drafts: the round's own next token is then always emitted at the
     // top of the loop and never fed, so the session ends holding every token but the last.
     const std::size_t m = std::min(draft_tokens, left - 1);
@@ -132,10 +140,12 @@ status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std
         break;
       }
     }
-    st.accepted += j;
     for (std::size_t a = 1; a <= j; ++a) {
       out.push_back(seq[a]);
       ++st.generated;
+      ++st.accepted;
+      // A stop among the kept drafts ends it there: the session keeps x .. d_{a-1}.
+      if (detail::is_stop(stops, seq[a])) return s.rollback(m - a + 1);
     }
     history.resize(h0 + j);
     if (m > j) SLM_TRY(s.rollback(m - j));
@@ -148,11 +158,11 @@ status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std
 template <mtp_session Session>
 status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
                            std::size_t vocab, std::vector<std::int32_t>& out, speculative_stats& st,
-                           compute_context& cx) {
+                           compute_context& cx, std::span<const std::int32_t> stops = {}) {
   sampler_config c;
   c.temperature = 0.0f;
   sampler smp(std::move(c));
-  return generate_greedy_mtp(s, prompt, n, draft_tokens, vocab, smp, out, st, cx);
+  return generate_greedy_mtp(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops);
 }
 
 // The speculative-sampling rule for one drafted token (Leviathan et al. 2023, Chen et al.
@@ -200,12 +210,12 @@ std::int32_t speculative_accept(std::span<const float> p, std::span<const float>
 // bonus token is drawn from p. So every emitted token is distributed exactly as plain
 // sampling with `smp` would draw it (Leviathan et al. 2023); the random stream differs,
 // so a seed does not give plain sampling's tokens. Penalties see prompt + emitted tokens
-// (+ earlier drafts for later positions). Session contract and `out` / error behaviour
-// as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
+// (+ earlier drafts for later positions). Session contract, `stops` and `out` / error
+// behaviour as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
 template <mtp_session Session, class Sampler>
 status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
                             std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
-                            compute_context& cx) {
+                            compute_context& cx, std::span<const std::int32_t> stops = {}) {
   if (n == 0) return {};
   if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
   std::vector<float> row(vocab), draft_logits, verify_logits, p;
@@ -225,7 +235,7 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
     history.push_back(x);
     ++st.generated;
     const std::size_t left = n - std::min(n, st.generated);
-    if (left == 0) return {};
+    if (left == 0 || detail::is_stop(stops, x)) return {};
     const std::size_t m = std::min(draft_tokens, left - 1);
     seq.assign(1, x);
     draft_logits.resize(m * vocab);
@@ -258,9 +268,11 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
       }
       out.push_back(seq[j + 1]);
       ++st.generated;
+      ++st.accepted;
+      // A stop among the kept drafts ends it there: the session keeps x .. d_j.
+      if (detail::is_stop(stops, seq[j + 1])) return s.rollback(m - j);
     }
     history.resize(h0 + j);
-    st.accepted += j;
     if (m > j) SLM_TRY(s.rollback(m - j));
     if (next < 0) {  // every draft kept: the bonus token from the last row
       SLM_TRY(smp.distribution(std::span<const float>(verify_logits.data() + m * vocab, vocab), history, p));
