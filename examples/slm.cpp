@@ -375,10 +375,12 @@ int with_model(std::string_view dir, const slm::checkpoint_options& opt, Fn&& fn
 // slm logits: the logits of a token sequence, as tensor "logits" F32 [T, V] in a
 // safetensors file. Row t is always the next-token distribution after ids 0..t
 // (inclusive); the modes differ only in how it is computed: full = one forward over all
-// T ids; incremental = one forward over the first P ids (rows 0..P-1), then ids[P..T)
-// one at a time through the session's KV cache (rows P..T-1). This is the layout of
-// logits_full and logits_incremental in the golden files made by transformers (both
-// [T, V], whatever shared/golden/README.md says of the latter's shape).
+// T ids (on a nanochat model its no-cache forward, forward_uncached: the function its
+// goldens and training loss come from); incremental = one forward over the first P ids
+// (rows 0..P-1), then ids[P..T) one at a time through the session's KV cache (rows
+// P..T-1). This is the layout of logits_full and logits_incremental in the golden files
+// made by transformers (both [T, V], whatever shared/golden/README.md says of the
+// latter's shape).
 int cmd_logits(const args& a) {
   const std::string_view model = a.get("model"), out = a.get("out"), mode = a.get("mode", "full");
   if (model.empty() || out.empty() || !a.has("ids"))
@@ -406,7 +408,16 @@ int cmd_logits(const args& a) {
     cx.quantized_activations = opt->act;
     auto session = m.new_session(opt->session);
     if (mode == "full") {
-      if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
+      if constexpr (requires { m.forward_uncached(*ids, logits.data(), cx); }) {
+        // nanochat: the reference's own no-cache forward (GPT.forward, eval), which the
+        // cached session differs from where DSA takes its sparse path or mHC pools; the
+        // session's context still bounds T.
+        if (T > session.max_tokens())
+          return fail(slm::make_error(slm::errc::out_of_range, T, " ids exceed the context of ", session.max_tokens(), " tokens"));
+        if (auto s = m.forward_uncached(*ids, logits.data(), cx); !s.ok()) return fail(s);
+      } else {
+        if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
+      }
     } else {
       const std::size_t P = *prefill;
       if (auto s = session.forward(std::span(ids->data(), P), P, logits.data(), cx); !s.ok()) return fail(s);
@@ -548,6 +559,37 @@ void touch_mapped_weights(const slm::checkpoint& ck, weight_progress& progress) 
   progress(total, total);
 }
 
+// The stop rules of generator::generate applied afterwards to tokens generated without
+// them (speculative decoding): up to the first stop token (excluded), and with a
+// tokenizer the text streamed through the same detokenizer and stop strings, ending at
+// the token whose text completes a stop string.
+struct stopped_output {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+};
+slm::result<stopped_output> apply_stop_rules(std::span<const std::int32_t> ids, const slm::generation_options& go,
+                                             const slm::tokenizer* t) {
+  stopped_output r;
+  std::optional<slm::detokenizer> detok;
+  if (t) detok.emplace(*t, go.decode);
+  slm::stop_strings stops(go.stop_strings);
+  for (const std::int32_t id : ids) {
+    if (std::find(go.stop_tokens.begin(), go.stop_tokens.end(), id) != go.stop_tokens.end()) break;
+    r.tokens.push_back(id);
+    if (detok) {
+      auto piece = detok->push(id);
+      if (!piece.ok()) return std::move(piece).error();
+      r.text += stops.push(*piece);
+    }
+    if (stops.stopped()) return r;
+  }
+  if (detok) {
+    r.text += stops.push(detok->flush());
+    if (!stops.stopped()) r.text += stops.flush();
+  }
+  return r;
+}
+
 // slm run: generation. The prompt is text (--prompt, encoded with the model's tokenizer,
 // BOS as its post-processor says), ids (--prompt-ids: the output is ids too) or a
 // fill-in-the-middle pair (--fim-prefix/--fim-suffix: prefix, suffix, then the model
@@ -619,35 +661,41 @@ int cmd_run(const args& a) {
       for (std::size_t i = 0; i < ids.size(); ++i) line += slm::cat(i ? "," : "", ids[i]);
       std::printf("%s\n", line.c_str());
     };
-    if (spec == "mtp") {  // self-speculative: drafts from the model's MTP heads, same greedy ids
+    if (spec == "mtp") {  // self-speculative: drafts from the model's MTP heads, plain generation's tokens
       if constexpr (slm::mtp_session<decltype(m.new_session())>) {
         if (resume || a.has("save-state")) return usage_error("--speculative mtp does not take --load-state / --save-state");
+        if (stream && !ids_mode) return usage_error("--speculative mtp does not stream: drop --stream");
         const std::size_t depths = m.config().mtp_num_layers;
         if (depths == 0) return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
         const std::size_t k = *drafts ? *drafts : depths;
         if (k > depths) return usage_error(slm::cat("--draft ", k, " exceeds the model's ", depths, " MTP depths"));
+        if (!t && !go.stop_strings.empty())
+          return fail(slm::make_error(slm::errc::invalid_argument, "generate: stop strings need a tokenizer"));
         slm::session_options o = opt->session;
         o.rollback_tokens = std::max(o.rollback_tokens, k);  // rejected drafts are rolled back
         auto session = m.new_session(o);
+        // The sampler plain generation uses (generator: vocab_size = the tokenizer's
+        // rows), so bias, penalties, padding rows and non-finite logits are treated alike.
+        slm::sampler_config sc = *sampling;
+        if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
+        if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s.message());
+        slm::sampler smp(sc);
+        // Plain generation stops when the context is full, after max_tokens - prompt tokens.
+        const std::size_t room = session.max_tokens() > prompt.size() ? session.max_tokens() - prompt.size() : 0;
+        const std::size_t count = prompt.size() <= session.max_tokens() ? std::min(*n, room) : *n;
         std::vector<std::int32_t> out;
         slm::speculative_stats st;
-        if (sampling->temperature == 0.0f) {
-          if (auto s = slm::generate_greedy_mtp(session, prompt, *n, k, V, out, st, cx); !s.ok()) return fail(s);
+        if (sc.temperature == 0.0f) {
+          if (auto s = slm::generate_greedy_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
         } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
-          slm::sampler_config sc = *sampling;
-          if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
-          if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s.message());
-          slm::sampler smp(sc);
-          if (auto s = slm::generate_sampled_mtp(session, prompt, *n, k, V, smp, out, st, cx); !s.ok()) return fail(s);
+          if (auto s = slm::generate_sampled_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
         }
+        auto r = apply_stop_rules(out, go, t);  // drops the stop token; stop strings as generate()
+        if (!r.ok()) return fail(r.error());
         if (ids_mode) {
-          print_ids(out);
-        } else {  // the same stop rule as plain generation, applied afterwards
-          auto cut = std::find_first_of(out.begin(), out.end(), go.stop_tokens.begin(), go.stop_tokens.end());
-          out.erase(cut, out.end());
-          auto text = t->decode(out);
-          if (!text.ok()) return fail(text.error());
-          std::fwrite(text->data(), 1, text->size(), stdout);
+          print_ids(r->tokens);
+        } else {
+          std::fwrite(r->text.data(), 1, r->text.size(), stdout);
           std::printf("\n");
         }
         std::fprintf(stderr, "slm: mtp: %zu drafted, %zu accepted (%.1f %%), %.2f tokens per main forward\n", st.drafted,
@@ -760,7 +808,9 @@ int cmd_detokenize(const args& a) {
 // over [0, V) is the target. bits/byte = sum NLL / ln 2 / UTF-8 bytes of the documents
 // scored: comparable across tokenizers. --max-tokens stops at a document boundary: once
 // that many targets are scored, the remaining documents are skipped (neither their tokens
-// nor their bytes count).
+// nor their bytes count). On a nanochat model the windows run through the session, the
+// function `slm run` generates with (DSA dense, strictly causal), not the no-cache
+// training forward of `slm logits --mode full` (README: why).
 struct perplexity_tally {
   std::string name;
   std::size_t tokens = 0, top1 = 0;
@@ -1403,7 +1453,9 @@ constexpr std::string_view options_help =
     "  --speculative S    none (default) or mtp: draft with the model's MTP heads (NAM56R),\n"
     "                     verify with one main forward, roll back rejected drafts; greedy: the\n"
     "                     same tokens as plain greedy; sampled: each token distributed exactly\n"
-    "                     as plain sampling (speculative sampling); acceptance figures on stderr\n"
+    "                     as plain sampling (speculative sampling); the same logit bias,\n"
+    "                     penalties and stops; no --stream or state files; acceptance\n"
+    "                     figures on stderr\n"
     "  --draft K          drafts per main forward (default: every MTP depth)\n"
     "\ntokenize options:\n"
     "  --model DIR        a directory with tokenizer.json (and optionally tokenizer_config.json)\n"

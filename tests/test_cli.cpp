@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -230,6 +231,62 @@ TEST_P(CliNanochat, LogitsAndRunMatchGolden) {
 
 INSTANTIATE_TEST_SUITE_P(Golden, CliNanochat, ::testing::Values("plain_gqa_swa", "mamba_hybrid"),
                          [](const auto& info) { return std::string(info.param); });
+
+// A nanochat model with DSA layers (engram_mhc_dsa_mtp: T = 64, so top_k + 32 < T and
+// nanochat's no-cache forward takes the sparse DSA path): `slm logits --mode full` is that
+// forward, within test_nanochat's tolerance for forward_uncached (1e-3 x max|logit|, the
+// same argmax in every row). It used to run the cached session (dense DSA): 0.26 relative
+// error, 8 of 64 argmax rows wrong.
+TEST(CliNanochatDsa, LogitsFullIsTheNoCacheForward) {
+  const std::string name = "nanochat_gpt__engram_mhc_dsa_mtp";
+  const auto golden_file = slm_test::test_data("golden/nam56r/" + name + ".safetensors");
+  auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
+  ASSERT_TRUE(note.ok()) << note.error().message();
+  slm::json::value config = (*note)["config"]["GPTConfig"];
+  config.set("model_type", slm::json::value(std::string("nanochat")));
+  ASSERT_TRUE(config["dsa_enabled"].is_bool() ? config["dsa_enabled"].as_bool() : true);
+  slm_test::temp_dir dir("nanochat_dsa"), tmp("out");
+  {
+    std::ofstream f(dir / "config.json");
+    f << slm::json::dump(config);
+  }
+  std::filesystem::copy_file(golden_file, dir / "model.safetensors");
+  auto f = slm::safetensors::file::open(golden_file);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  const std::vector<float> idx = floats_of(*f, "in/idx"), ref = floats_of(*f, "out/logits");
+  const std::size_t T = static_cast<std::size_t>((*note)["config"]["T"].as_int64().value_or(0));
+  ASSERT_GT(T, 0u);
+  ASSERT_GE(idx.size(), T);
+  ASSERT_EQ(ref.size() % T, 0u);
+  const std::size_t V = ref.size() / T;
+  std::vector<std::int64_t> ids(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(T));
+  const auto out = tmp / "logits.safetensors";
+  const cli_result r = run_cli(tmp.path(), "logits --model '" + dir.path().string() + "' --ids " + join(ids, T) +
+                                               " --out '" + out.string() + "' --threads 2 --mode full");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lf = slm::safetensors::file::open(out);
+  ASSERT_TRUE(lf.ok()) << lf.error().message();
+  const std::vector<float> got = floats_of(*lf, "logits");
+  ASSERT_EQ(got.size(), T * V);
+  double max_ref = 0, max_err = 0;
+  for (float x : ref) max_ref = std::max(max_ref, static_cast<double>(std::fabs(x)));
+  for (std::size_t k = 0; k < T * V; ++k) max_err = std::max(max_err, static_cast<double>(std::fabs(got[k] - ref[k])));
+  std::size_t argmax_diff = 0;
+  for (std::size_t t = 0; t < T; ++t) argmax_diff += argmax(&got[t * V], V) != argmax(&ref[t * V], V);
+  std::printf("[ figures  ] slm logits --mode full on %s: %.2e relative, %zu argmax rows differ\n", name.c_str(),
+              max_err / max_ref, argmax_diff);
+  EXPECT_LT(max_err, 1e-3 * max_ref);
+  EXPECT_EQ(argmax_diff, 0u);
+  // The session's context (10 x sequence_len here) still bounds the no-cache forward's ids.
+  const std::size_t ctx = 10 * static_cast<std::size_t>(config["sequence_len"].as_int64().value_or(0));
+  std::vector<std::int64_t> many;
+  while (many.size() <= ctx) many.insert(many.end(), ids.begin(), ids.end());
+  const cli_result big = run_cli(tmp.path(), "logits --model '" + dir.path().string() + "' --ids " +
+                                                 join(many, ctx + 1) + " --out '" + out.string() + "' --threads 1");
+  EXPECT_EQ(big.exit_code, 1) << big.err;
+  EXPECT_NE(big.err.find("context"), std::string::npos) << big.err;
+}
+
 
 // The session options reach the model: a bf16 KV cache and MLA's absorbed form still
 // produce the golden's greedy tokens on these models.
@@ -773,3 +830,66 @@ TEST(CliPerplexityInput, Errors) {
 }
 
 }  // namespace
+
+// `slm run --speculative mtp` on the bundled NAM56R specialist (one MTP depth) follows
+// plain generation's rules: with a banned token, a strongly favoured one, a repetition
+// penalty and frequency / presence penalties over a short window, greedy MTP prints
+// exactly plain greedy's ids (each option changes them, so ignoring it shows); stop
+// strings cut the text where plain generation does; --stream is refused, not ignored.
+TEST(CliSpeculative, MtpGreedyFollowsPlainGenerationRules) {
+  slm_test::temp_dir tmp("mtp");
+  const std::string model = std::string(SLM_MODELS_DIR) + "/nam56r-cpp-14m";
+  const cli_result tok = run_cli(tmp.path(), "tokenize --model '" + model + "' --text 'int main() {\n  int x'");
+  ASSERT_EQ(tok.exit_code, 0) << tok.err;
+  std::string prompt = chomp(tok.out);
+  std::replace(prompt.begin(), prompt.end(), ' ', ',');
+  const std::string run = "run --model '" + model + "' --threads 1 --temp 0 ";
+  const std::string ids_run = run + "--prompt-ids " + prompt + " -n 24 --ignore-eos ";
+  const cli_result base = run_cli(tmp.path(), ids_run);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  std::vector<std::string> gen;
+  {
+    std::stringstream ss(chomp(base.out));
+    for (std::string id; std::getline(ss, id, ',');) gen.push_back(id);
+  }
+  ASSERT_EQ(gen.size(), 24u) << base.out;
+  std::string other;  // a token greedy does not pick first
+  for (const char* c : {"100", "101", "102"})
+    if (gen[0] != c && other.empty()) other = c;
+  const std::vector<std::string> options = {
+      "--logit-bias " + gen[0] + "=-inf",       // bans plain greedy's first token
+      "--logit-bias " + other + "=12",          // favours another strongly
+      "--repeat-penalty 2",                     // transformers' repetition penalty
+      "--frequency-penalty 1.5 --presence-penalty 0.5 --repeat-last-n 8",
+  };
+  for (const std::string& o : options) {
+    const cli_result plain = run_cli(tmp.path(), ids_run + o);
+    const cli_result mtp = run_cli(tmp.path(), ids_run + o + " --speculative mtp");
+    ASSERT_EQ(plain.exit_code, 0) << o << ": " << plain.err;
+    ASSERT_EQ(mtp.exit_code, 0) << o << ": " << mtp.err;
+    EXPECT_NE(plain.out, base.out) << o << " should change the ids";
+    EXPECT_EQ(mtp.out, plain.out) << o;
+    EXPECT_NE(mtp.err.find("slm: mtp: "), std::string::npos) << mtp.err;
+  }
+  // Text with a stop string taken from plain greedy's text (stop tokens apply as well).
+  const std::string text_run = run + "--prompt 'int main() {' -n 24 ";
+  const cli_result text = run_cli(tmp.path(), text_run);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_EQ(run_cli(tmp.path(), text_run + "--speculative mtp").out, text.out);
+  const std::string t = chomp(text.out);
+  std::string stop;
+  for (std::size_t i = 4; i + 2 <= t.size() && stop.empty(); ++i)
+    if (std::isalpha(static_cast<unsigned char>(t[i])) && std::isalpha(static_cast<unsigned char>(t[i + 1])))
+      stop = t.substr(i, 2);
+  if (!stop.empty()) {
+    const cli_result plain = run_cli(tmp.path(), text_run + "--stop '" + stop + "'");
+    const cli_result mtp = run_cli(tmp.path(), text_run + "--stop '" + stop + "' --speculative mtp");
+    ASSERT_EQ(plain.exit_code, 0) << plain.err;
+    ASSERT_EQ(mtp.exit_code, 0) << mtp.err;
+    EXPECT_EQ(mtp.out, plain.out);
+    EXPECT_LT(chomp(mtp.out).size(), t.size());
+  }
+  const cli_result streamed = run_cli(tmp.path(), text_run + "--speculative mtp --stream");
+  EXPECT_EQ(streamed.exit_code, 2);
+  EXPECT_NE(streamed.err.find("--stream"), std::string::npos) << streamed.err;
+}

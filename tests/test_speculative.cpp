@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -98,6 +99,156 @@ TEST(Speculative, ToySessionMatchesPlainGreedyOnEveryDraftSchedule) {
         EXPECT_EQ(st.accepted, 0u);
       }
     }
+  }
+}
+
+// Greedy speculation follows plain generation's logit processing: with a banned token, a
+// favoured one, a repetition penalty and frequency / presence penalties over a short
+// window, generate_greedy_mtp with the sampler emits exactly what a plain loop (forward,
+// sampler::sample over prompt + emitted, feed) emits, on every draft schedule. (It used
+// to take the raw argmax: every one of these configurations changes the plain tokens.)
+TEST(Speculative, GreedyMtpAppliesBiasAndPenaltiesAsPlainGreedy) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  const std::vector<std::int32_t> prompt = {4, 7, 2};
+  auto plain = [&](toy_session s, const slm::sampler_config& c, std::size_t n) {
+    slm::sampler smp(c);
+    std::vector<std::int32_t> history = prompt, out;
+    std::vector<float> row(s.V);
+    EXPECT_TRUE(s.forward(prompt, 1, row.data(), cx).ok());
+    for (std::size_t i = 0; i < n; ++i) {
+      auto id = smp.sample(row, history);
+      EXPECT_TRUE(id.ok()) << id.error().message();
+      if (!id.ok()) break;
+      out.push_back(*id);
+      history.push_back(*id);
+      if (i + 1 < n) {
+        EXPECT_TRUE(s.forward(std::span(&*id, 1), 1, row.data(), cx).ok());
+      }
+    }
+    return out;
+  };
+  std::vector<slm::sampler_config> configs(4);
+  for (auto& c : configs) c.temperature = 0.0f;
+  configs[0].logit_bias = {{toy_session{}.next_of(2), -std::numeric_limits<float>::infinity()}};  // bans the first pick
+  configs[1].logit_bias = {{5, 0.5f}, {9, 2.0f}};  // 9 wins wherever it is not the one-hot 1
+  configs[2].repetition_penalty = 3.0f;            // a repeated one-hot 1 falls below 0.5 ...
+  configs[2].logit_bias = {{0, 0.5f}};             // ... the bias on token 0
+  configs[3].frequency_penalty = 1.5f;
+  configs[3].presence_penalty = 0.25f;
+  configs[3].penalty_last_n = 4;
+  std::mt19937 rng(7);
+  const std::size_t n = 20;
+  for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+    slm::sampler_config unprocessed;
+    unprocessed.temperature = 0.0f;
+    EXPECT_NE(plain(toy_session{}, configs[ci], n), plain(toy_session{}, unprocessed, n)) << "config " << ci;
+    for (std::size_t k : {1u, 2u, 3u}) {
+      for (int trial = 0; trial < 6; ++trial) {
+        toy_session s;
+        s.wrong.resize(64);
+        for (std::size_t i = 0; i < s.wrong.size(); ++i) s.wrong[i] = trial == 0 ? false : (rng() % 3) == 0;
+        const auto ref = plain(s, configs[ci], n);
+        slm::sampler smp(configs[ci]);
+        std::vector<std::int32_t> out;
+        slm::speculative_stats st;
+        const slm::status r = slm::generate_greedy_mtp(s, prompt, n, k, s.V, smp, out, st, cx);
+        ASSERT_TRUE(r.ok()) << r.message();
+        EXPECT_EQ(out, ref) << "config " << ci << ", k = " << k << ", trial " << trial;
+        EXPECT_EQ(s.fed.size(), prompt.size() + n - 1);
+      }
+    }
+  }
+  // A sampler that is not greedy is refused (generate_sampled_mtp is its function).
+  slm::sampler hot(slm::sampler_config{});
+  toy_session s;
+  std::vector<std::int32_t> out;
+  slm::speculative_stats st;
+  EXPECT_TRUE(slm_test::fails_with(slm::generate_greedy_mtp(s, prompt, 4, 1, s.V, hot, out, st, cx),
+                                   slm::errc::invalid_argument, {"temperature"}));
+}
+
+// A stop token ends speculative generation where it ends plain generation: the toy's
+// greedy chain after the prompt is 7, 0, 1, 4, 2, 7, ...; with stop token 4 both the
+// greedy and the sampled form (top-k 1, so deterministic) emit 7, 0, 1, 4 and nothing
+// after it is fed, whichever draft the stop arrives in (and whether the drafts are right).
+TEST(Speculative, StopTokenEndsGenerationUnfed) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  const std::vector<std::int32_t> prompt = {4, 7, 2}, stops = {4}, expect = {7, 0, 1, 4};
+  for (std::size_t k : {0u, 1u, 2u, 3u}) {
+    for (int trial = 0; trial < 4; ++trial) {
+      for (bool sampled : {false, true}) {
+        toy_session s;
+        s.wrong.assign(64, false);
+        for (std::size_t i = 0; i < s.wrong.size(); ++i) s.wrong[i] = trial == 1 || (trial > 1 && (i + static_cast<std::size_t>(trial)) % 3 == 0);
+        std::vector<std::int32_t> out;
+        slm::speculative_stats st;
+        slm::sampler_config c;
+        c.temperature = sampled ? 1.0f : 0.0f;
+        c.top_k = 1;
+        slm::sampler smp(c);
+        const slm::status r = sampled ? slm::generate_sampled_mtp(s, prompt, 20, k, s.V, smp, out, st, cx, stops)
+                                      : slm::generate_greedy_mtp(s, prompt, 20, k, s.V, smp, out, st, cx, stops);
+        ASSERT_TRUE(r.ok()) << r.message();
+        EXPECT_EQ(out, expect) << "k = " << k << ", trial " << trial << (sampled ? ", sampled" : ", greedy");
+        EXPECT_EQ(s.fed.size(), prompt.size() + expect.size() - 1) << "k = " << k << ", trial " << trial;
+        EXPECT_EQ(st.generated, expect.size());
+      }
+    }
+  }
+}
+
+// Non-finite logits are an error, as in plain generation (sampler: "logits[i] is NaN"),
+// named by the token being generated - never a silent pick: a NaN in the main model's row
+// for the 6th token (with and without drafts), +infinity in the prompt's row, and a NaN
+// in a draft head's row. (The raw argmax used to pick some token and report success.)
+TEST(Speculative, GreedyMtpNonFiniteLogitsAreErrors) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  const std::vector<std::int32_t> prompt = {4, 7, 2};
+  struct poisoned : toy_session {
+    std::size_t bad_main = 1000, bad_draft = 1000;  // by the position the row predicts
+    float value = std::numeric_limits<float>::quiet_NaN();
+    slm::status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, slm::compute_context& c) {
+      SLM_TRY(toy_session::forward(ids, rows, logits, c));
+      for (std::size_t r = 0; r < rows; ++r)  // row r predicts position fed.size() - rows + r + 1
+        if (fed.size() - rows + r + 1 == bad_main) logits[r * V + 3] = value;
+      return {};
+    }
+    slm::status draft(std::span<const std::int32_t> next, float* logits, slm::compute_context& c) {
+      SLM_TRY(toy_session::draft(next, logits, c));
+      for (std::size_t i = 0; i < next.size(); ++i)
+        if (fed.size() + i + 1 == bad_draft) logits[i * V + 3] = value;
+      return {};
+    }
+  };
+  for (std::size_t k : {0u, 1u, 2u}) {
+    poisoned s;
+    s.bad_main = prompt.size() + 5;  // the 6th generated token (index 5)
+    std::vector<std::int32_t> out;
+    slm::speculative_stats st;
+    const slm::status r = slm::generate_greedy_mtp(s, prompt, 12, k, s.V, out, st, cx);
+    EXPECT_TRUE(slm_test::fails_with(r, slm::errc::invalid_argument, {"generate: token 5", "logits[3] is NaN"})) << "k = " << k;
+    EXPECT_LE(out.size(), 5u);
+  }
+  {
+    poisoned s;
+    s.bad_main = prompt.size();  // the prompt's row
+    s.value = std::numeric_limits<float>::infinity();
+    std::vector<std::int32_t> out;
+    slm::speculative_stats st;
+    EXPECT_TRUE(slm_test::fails_with(slm::generate_greedy_mtp(s, prompt, 4, 1, s.V, out, st, cx),
+                                     slm::errc::invalid_argument, {"generate: token 0", "+infinity"}));
+    EXPECT_TRUE(out.empty());
+  }
+  {
+    poisoned s;
+    s.bad_draft = prompt.size() + 2;  // the draft of the 3rd generated token
+    std::vector<std::int32_t> out;
+    slm::speculative_stats st;
+    EXPECT_TRUE(slm_test::fails_with(slm::generate_greedy_mtp(s, prompt, 8, 2, s.V, out, st, cx),
+                                     slm::errc::invalid_argument, {"MTP draft of token 2", "NaN"}));
   }
 }
 
