@@ -282,6 +282,19 @@ TEST(ModelWeights, ConfigAndTensorsMustAgree) {
     auto m = slm::model::load(c.dir.path());
     EXPECT_TRUE(m.ok()) << m.error().message();
   }
+  {  // DeepSeek-V3 stores its num_nextn_predict_layers MTP layers after the decoder's:
+     // allowed, and only those
+    slm_test::temp_dir dir{"deepseek"};
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(slm_test::test_data("golden/hf/deepseek_v3") / f, dir / f);
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, {},
+                                              {"model.layers.3.enorm.weight", "model.layers.3.eh_proj.weight"}));
+    auto m = slm::model::load(dir.path());
+    EXPECT_TRUE(m.ok()) << m.error().message();
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, {}, {"model.layers.4.enorm.weight"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(dir.path()), slm::errc::format_error,
+                                     {"tensor 'model.layers.4.enorm.weight'"}));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Models,
