@@ -14,12 +14,15 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <list>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "slm/parallel.hpp"
+#include "slm/safetensors.hpp"
 #include "slm/status.hpp"
 
 namespace slm_test {
@@ -121,6 +124,43 @@ inline std::vector<std::string> temporaries_in(const std::filesystem::path& dir)
   }
   std::sort(found.begin(), found.end());
   return found;
+}
+
+// Rewrites the safetensors file `path` in place: without the tensors named in `drop`,
+// with the tensor `as_i32` (if any) stored as I32 (its values rounded), and with one F32
+// tensor [4] of zeros added for each name in `add`. False on any error.
+inline bool rewrite_safetensors(const std::filesystem::path& path, const std::set<std::string>& drop,
+                                const std::string& as_i32 = {}, const std::vector<std::string>& add = {}) {
+  std::vector<std::byte> out;
+  {
+    auto f = slm::safetensors::file::open(path);
+    if (!f.ok()) return false;
+    slm::safetensors::writer w;
+    std::list<std::vector<std::byte>> keep;  // the writer holds views until serialize()
+    bool ok = true;
+    for (const auto& t : f->tensors()) {
+      if (drop.count(t.name)) continue;
+      const slm::tensor_view v = f->view(t);
+      if (t.name != as_i32) {
+        ok = ok && w.add(t.name, v).ok();
+        continue;
+      }
+      std::vector<float> x(static_cast<std::size_t>(v.numel()));
+      ok = ok && v.to_f32(x).ok();
+      auto& b = keep.emplace_back(x.size() * 4);
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const auto n = static_cast<std::int32_t>(std::lround(x[i]));
+        std::memcpy(b.data() + 4 * i, &n, 4);
+      }
+      ok = ok && w.add(t.name, slm::dtype::i32, t.shape, b).ok();
+    }
+    const std::vector<std::byte>& zeros = keep.emplace_back(16);
+    for (const auto& name : add) ok = ok && w.add(name, slm::dtype::f32, slm::shape{4}, zeros).ok();
+    auto bytes = w.serialize();
+    if (!ok || !bytes.ok()) return false;
+    out = std::move(*bytes);
+  }
+  return write_file(path, out);
 }
 
 // A FIFO at p (true on success).

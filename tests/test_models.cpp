@@ -16,6 +16,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -233,6 +235,66 @@ TEST(ModelWeights, MappedModelRefusesSessionsOnAChangedFile) {
   slm::status st;
   EXPECT_TRUE(golden_logits(*m, g, &st).empty());
   EXPECT_TRUE(slm_test::fails_with(st, slm::errc::io_error, {"model.safetensors", "reload the model"}));
+}
+
+// Config and tensors must agree (issue 18): every stored tensor is bound or reported, and a
+// norm weight must be a float. Each of these loaded and ran with exit 0 before, logits off.
+TEST(ModelWeights, ConfigAndTensorsMustAgree) {
+  {  // num_hidden_layers 2 of the 3 stored: layer 2's weights were ignored
+    llama_copy c;
+    std::string cfg;
+    {
+      std::ifstream in(c.dir / "config.json", std::ios::binary);
+      cfg.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const auto at = cfg.find("\"num_hidden_layers\": 3");
+    ASSERT_NE(at, std::string::npos);
+    cfg.replace(at, 22, "\"num_hidden_layers\": 2");
+    ASSERT_TRUE(slm_test::write_file(c.dir / "config.json", cfg));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"tensor 'model.layers.2.", "more", "config.json"}));
+  }
+  {  // a norm stored as I32 ran with its integer values
+    llama_copy c;
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {}, "model.layers.1.post_attention_layernorm.weight"));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"model.layers.1.post_attention_layernorm.weight", "I32"}));
+  }
+  {  // a tensor no layer binds
+    llama_copy c;
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {}, {}, {"model.layers.0.self_attn.q_norm.weight"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"tensor 'model.layers.0.self_attn.q_norm.weight'"}));
+  }
+  {  // a missing norm is missing, never "no norm"
+    llama_copy c;
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {"model.layers.0.input_layernorm.weight"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::not_found,
+                                     {"model.layers.0.input_layernorm.weight"}));
+  }
+  {  // what published layouts ship and the model does not need still loads: older
+     // transformers' rotary inv_freq buffers, static activation and KV-cache scales
+    llama_copy c;
+    ASSERT_TRUE(slm_test::rewrite_safetensors(
+        c.weights(), {}, {},
+        {"model.layers.0.self_attn.rotary_emb.inv_freq", "model.layers.2.self_attn.rotary_emb.inv_freq",
+         "model.layers.0.self_attn.q_proj.input_scale", "model.layers.1.self_attn.k_scale"}));
+    auto m = slm::model::load(c.dir.path());
+    EXPECT_TRUE(m.ok()) << m.error().message();
+  }
+  {  // DeepSeek-V3 stores its num_nextn_predict_layers MTP layers after the decoder's:
+     // allowed, and only those
+    slm_test::temp_dir dir{"deepseek"};
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(slm_test::test_data("golden/hf/deepseek_v3") / f, dir / f);
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, {},
+                                              {"model.layers.3.enorm.weight", "model.layers.3.eh_proj.weight"}));
+    auto m = slm::model::load(dir.path());
+    EXPECT_TRUE(m.ok()) << m.error().message();
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, {}, {"model.layers.4.enorm.weight"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(dir.path()), slm::errc::format_error,
+                                     {"tensor 'model.layers.4.enorm.weight'"}));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Golden, Models,

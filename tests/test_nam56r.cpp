@@ -1080,7 +1080,59 @@ TEST(Nam56r, BadCheckpoint) {
   EXPECT_TRUE(slm_test::fails_with(
       load_with({}, {{"decoder.layers.5.mlp.experts.linear_fc1.weight1", slm::shape{32, 60}}}), slm::errc::format_error,
       {"decoder.layers.5.mlp.experts.linear_fc1.weight1", "[32, 60]", "[32, 64]"}));
-  // An input norm is optional on main A layers (down-projection fusion, spec §2.3): absent
-  // means no norm, and the model still loads.
-  EXPECT_TRUE(load_with({"decoder.layers.8.input_layernorm.weight"}, {}).ok());
+  // An input norm may be absent on main A layers (down-projection fusion, spec §2.3), but
+  // only where config.json declares it (ConfigAndTensorsMustAgree): a missing tensor is
+  // never taken for "no norm".
+  EXPECT_TRUE(slm_test::fails_with(load_with({"decoder.layers.8.input_layernorm.weight"}, {}), slm::errc::not_found,
+                                   {"decoder.layers.8.input_layernorm.weight", "attention_layers_without_input_norm"}));
+}
+
+// Config and tensors must agree (issue 18): each of these loaded and ran with exit 0,
+// logits off. Every stored tensor is bound or reported, a norm is absent only where
+// config.json says so, and a float parameter must be stored as a float.
+TEST(Nam56r, ConfigAndTensorsMustAgree) {
+  const dims g;
+  auto load = [&](const generated& m, const std::string& cfg) {
+    const fs::path dir = temp_dir("agree");
+    write_dir(dir, generated{cfg, m.weights});
+    auto r = nam56r_model::load(dir);
+    fs::remove_all(dir);
+    return r;
+  };
+  auto edit = [](std::string cfg, const std::string& from, const std::string& to) {
+    const auto at = cfg.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) cfg.replace(at, from.size(), to);
+    return cfg;
+  };
+  const generated m = generate(g);
+  ASSERT_TRUE(load(m, m.config).ok());
+  // num_layers smaller than the layers stored: layer 12 was silently dropped
+  EXPECT_TRUE(slm_test::fails_with(load(m, edit(m.config, "\"num_layers\": 13", "\"num_layers\": 12")),
+                                   slm::errc::format_error, {"tensor 'decoder.layers.12.", "config.json"}));
+  // m2rnn_conv_kernel 0 beside stored conv weights: the trained conv was skipped
+  EXPECT_TRUE(slm_test::fails_with(
+      load(m, edit(m.config, "\"m2rnn_conv_kernel\": 4", "\"m2rnn_conv_kernel\": 0")), slm::errc::format_error,
+      {"decoder.layers.11.mixer.impl.conv1d.weight", "m2rnn_conv_kernel"}));
+  // a missing input norm: an error, unless declared; declared, a stored norm is reported
+  const std::string bare0 = edit(m.config, "\"mtp_num_layers\"", "\"attention_layers_without_input_norm\": [0], \"mtp_num_layers\"");
+  const generated no_norm = generate(g, 7, {"decoder.layers.0.input_layernorm.weight"});
+  EXPECT_TRUE(slm_test::fails_with(load(no_norm, no_norm.config), slm::errc::not_found,
+                                   {"decoder.layers.0.input_layernorm.weight", "attention_layers_without_input_norm"}));
+  auto declared = load(no_norm, bare0);
+  EXPECT_TRUE(declared.ok()) << declared.error().message();
+  EXPECT_TRUE(slm_test::fails_with(load(m, bare0), slm::errc::format_error,
+                                   {"tensor 'decoder.layers.0.input_layernorm.weight'"}));
+  EXPECT_TRUE(slm_test::fails_with(
+      load(m, edit(m.config, "\"mtp_num_layers\"", "\"attention_layers_without_input_norm\": [1], \"mtp_num_layers\"")),
+      slm::errc::invalid_argument, {"attention_layers_without_input_norm", "layer 1"}));
+  // a norm stored as an integer type
+  {
+    const fs::path dir = temp_dir("int_norm");
+    write_dir(dir, m);
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, "decoder.layers.2.norm.weight"));
+    EXPECT_TRUE(slm_test::fails_with(nam56r_model::load(dir), slm::errc::format_error,
+                                     {"decoder.layers.2.norm.weight", "I32"}));
+    fs::remove_all(dir);
+  }
 }

@@ -577,6 +577,20 @@ TEST(NanochatGpt, MtpHeadRunsOnTheModel) {
 
 // ---------------------------------------------------------------- bad input
 
+// Every stored tensor is bound or reported (issue 18): a config that switches off a part
+// whose weights are stored (here the MTP head) loaded and ran without it.
+TEST(NanochatGpt, EveryStoredTensorIsBound) {
+  const std::string name = "nanochat_gpt__engram_mhc_dsa_mtp";
+  golden g0 = load_golden(name);
+  const auto& gpt = g0.cfg()["GPTConfig"];
+  golden ok = load_golden(name, gpt_config_json(gpt));
+  auto m = slm::nanochat_model::load(ok.dir->path());
+  EXPECT_TRUE(m.ok()) << m.error().message();
+  golden g = load_golden(name, gpt_config_json(gpt, {{"mtp_enabled", "false"}}));
+  EXPECT_TRUE(fails_with(slm::nanochat_model::load(g.dir->path()), slm::errc::format_error,
+                         {"tensor 'mtp.", "config.json"}));
+}
+
 TEST(NanochatGpt, BadConfigsTensorsAndInput) {
   const std::string name = "nanochat_gpt__plain_gqa_swa";
   golden g0 = load_golden(name);

@@ -20,9 +20,11 @@
 #include "slm/build_mode.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -93,8 +95,25 @@ class checkpoint {
     return it != entries_.end() && it->name == name ? &*it : nullptr;
   }
   const safetensors::tensor_info& info(const entry& e) const noexcept { return shards_[e.shard].tensors()[e.index]; }
-  tensor_view view(const entry& e) const noexcept { return shards_[e.shard].view(info(e)); }
+  // The data of a tensor. Viewing it records the tensor as bound (check_all_bound).
+  tensor_view view(const entry& e) const noexcept {
+    if (e.shard < shards_.size() && bound_) bound_[shard_base_[e.shard] + e.index].store(true, std::memory_order_relaxed);
+    return shards_[e.shard].view(info(e));
+  }
   result<tensor_view> tensor(std::string_view name) const;
+  // A floating-point parameter (a norm weight, a bias, a state-space constant): refuses
+  // integer, boolean and packed types, which to_f32 would otherwise convert as numbers
+  // (a norm stored as I32 would run with its integer values).
+  result<tensor_view> float_tensor(std::string_view name) const;
+
+  // Every tensor must be consumed or reported: a model loader calls this once it has
+  // bound all its weights, and a tensor that no part of the model viewed is an error
+  // naming it. A layer count smaller than the layers stored, a feature switched off in
+  // config.json whose weights are present (a conv kernel of 0): all would otherwise run
+  // silently with the wrong function. `ignorable` names tensors a published layout
+  // ships that the model legitimately does not use (rotary inv_freq buffers, activation
+  // scales); may be empty.
+  status check_all_bound(const std::function<bool(std::string_view)>& ignorable = {}) const;
 
   // Bytes of tensor data across all shards.
   std::uint64_t data_bytes() const noexcept;
@@ -135,6 +154,11 @@ class checkpoint {
   std::optional<json::value> hf_quant_config_;
   std::vector<safetensors::file> shards_;
   std::vector<entry> entries_;
+  // Which tensors a loader viewed, by shard_base_[shard] + index. Relaxed atomics: view()
+  // is const and a checkpoint may be shared by threads, though only loaders read the
+  // record.
+  std::vector<std::size_t> shard_base_;
+  std::unique_ptr<std::atomic<bool>[]> bound_;
 };
 
 #if SLM_DEFINE_IO
@@ -155,6 +179,13 @@ SLM_INLINE result<checkpoint> checkpoint::open(const std::filesystem::path& dir,
   SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
   SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
   SLM_TRY(c.open_weights());
+  std::size_t n = 0;
+  for (const auto& f : c.shards_) {
+    c.shard_base_.push_back(n);
+    n += f.tensors().size();
+  }
+  c.bound_.reset(new (std::nothrow) std::atomic<bool>[n]());
+  if (!c.bound_ && n > 0) return make_error(errc::out_of_memory, dir.string(), ": cannot allocate the tensor record");
   c.opt_.progress = nullptr;  // the caller's callback is not kept past open()
   return c;
 }
@@ -168,6 +199,33 @@ SLM_INLINE result<tensor_view> checkpoint::tensor(std::string_view name) const {
   const entry* e = find(name);
   if (!e) return make_error(errc::not_found, dir_.string(), ": no tensor named '", name, "'");
   return view(*e);
+}
+
+SLM_INLINE result<tensor_view> checkpoint::float_tensor(std::string_view name) const {
+  auto t = tensor(name);
+  if (!t.ok()) return t;
+  switch (t->type()) {
+    case dtype::f32: case dtype::bf16: case dtype::f16: case dtype::f64: return t;
+    default:
+      return make_error(errc::format_error, dir_.string(), ": tensor '", name, "' holds ", safetensors_name(t->type()),
+                        ", a floating-point parameter must be F32, BF16, F16 or F64");
+  }
+}
+
+SLM_INLINE status checkpoint::check_all_bound(const std::function<bool(std::string_view)>& ignorable) const {
+  std::size_t unused = 0;
+  const entry* first = nullptr;
+  for (const entry& e : entries_) {
+    if (bound_ && bound_[shard_base_[e.shard] + e.index].load(std::memory_order_relaxed)) continue;
+    if (ignorable && ignorable(e.name)) continue;
+    if (!first) first = &e;
+    ++unused;
+  }
+  if (!first) return {};
+  return make_error(errc::format_error, dir_.string(), ": tensor '", first->name, "'",
+                    unused > 1 ? cat(" (and ", unused - 1, " more)") : std::string(),
+                    " is used by no part of the model config.json describes: a layer count, a feature or a "
+                    "dimension in config.json disagrees with the weights");
 }
 
 SLM_INLINE std::uint64_t checkpoint::data_bytes() const noexcept {

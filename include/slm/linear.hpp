@@ -101,7 +101,7 @@ SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, 
 result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n) {
-  auto t = ck.tensor(name);
+  auto t = ck.float_tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   if (t->rank() != 1 || static_cast<std::size_t>(t->dim(0)) != n)
     return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),

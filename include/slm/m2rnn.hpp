@@ -488,6 +488,9 @@ SLM_INLINE result<m2rnn_mixer> m2rnn_mixer::load(const checkpoint& ck, std::stri
   auto op = load_linear(ck, join(prefix, "output_projection"), c.d_model, c.hv());
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
+  if (Kc == 0 && ck.find(join(prefix, "conv1d.weight")))  // the config would silently drop a trained conv
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", join(prefix, "conv1d.weight"),
+                      "' exists but the config's conv kernel (m2rnn_conv_kernel) is 0");
   if (Kc) {
     SLM_TRY(load_shaped(ck, join(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
     SLM_TRY(load_shaped(ck, join(prefix, "conv1d.bias"), {cd}, m.conv_b));
@@ -522,7 +525,7 @@ SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out
 
 SLM_INLINE status m2rnn_mixer::load_shaped(const checkpoint& ck, const std::string& name,
                                            std::initializer_list<std::size_t> dims, floats& out) {
-  auto t = ck.tensor(name);
+  auto t = ck.float_tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
   std::size_t n = 1, i = 0;

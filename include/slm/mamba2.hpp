@@ -283,7 +283,7 @@ SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, std::st
   m.out_proj = std::move(*op);
 
   const std::string wname = join(prefix, "conv1d.weight");
-  auto w = ck.tensor(wname);
+  auto w = ck.float_tensor(wname);
   if (!w.ok()) return std::move(w).take_error();
   if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
       static_cast<std::size_t>(w->dim(2)) != K)

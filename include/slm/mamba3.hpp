@@ -374,7 +374,7 @@ SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float*
 
 SLM_INLINE result<floats> detail::mamba3::load_shaped(const checkpoint& ck, const std::string& name,
                                                       std::initializer_list<std::size_t> dims) {
-  auto t = ck.tensor(name);
+  auto t = ck.float_tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
   std::size_t n = 1, i = 0;

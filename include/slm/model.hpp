@@ -494,6 +494,31 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
     L.ffn = std::move(*f);
     if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
   }
+  // Every stored tensor is bound above or is one of these, which published layouts ship
+  // and the model does not need: rotary inv_freq buffers (older transformers saved them
+  // with each attention layer; slm derives RoPE from config.json), activation and KV-cache
+  // scales of statically quantized exports (slm multiplies f32/bf16 activations and keeps
+  // its own KV precision), compressed-tensors' weight_shape (the shape is checked against
+  // config.json instead), and DeepSeek-V3's multi-token-prediction layers stored after the
+  // last decoder layer (num_nextn_predict_layers; this decoder does not draft with them).
+  std::size_t nextn = 0;
+  if (auto n = ck.config()["num_nextn_predict_layers"].as_int64(); n && *n > 0 && *n < 1024)
+    nextn = static_cast<std::size_t>(*n);
+  const std::string layers_dot = c.layers_prefix + ".";
+  SLM_TRY(ck.check_all_bound([&](std::string_view name) {
+    auto ends = [&](std::string_view suffix) {
+      return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+    };
+    if (ends(".rotary_emb.inv_freq") || ends(".input_scale") || ends(".input_global_scale") || ends(".k_scale") ||
+        ends(".v_scale") || ends(".weight_shape"))
+      return true;
+    if (nextn == 0 || name.substr(0, layers_dot.size()) != layers_dot) return false;
+    std::size_t layer = 0, k = layers_dot.size();
+    if (k >= name.size() || name[k] < '0' || name[k] > '9') return false;
+    for (; k < name.size() && name[k] >= '0' && name[k] <= '9' && layer < (std::size_t{1} << 32); ++k)
+      layer = layer * 10 + static_cast<std::size_t>(name[k] - '0');
+    return k < name.size() && name[k] == '.' && layer >= c.n_layers && layer - c.n_layers < nextn;
+  }));
   return m;
 }
 

@@ -95,6 +95,11 @@ struct nam56r_config {
   std::string hybrid_pattern;
   std::vector<std::size_t> dsa_a_layer_ranks;
   std::optional<std::vector<std::size_t>> r_layer_numbers;
+  // Main-stack attention layers (0-based, as in decoder.layers.N) stored without an input
+  // norm: fused down-projection runs build DSA layers with none (spec §2.3), and the
+  // converter's --missing-mla-norm none leaves MLA layers without one. Declared, never
+  // inferred from a missing tensor: a norm weight lost from any other layer is an error.
+  std::vector<std::size_t> attention_layers_without_input_norm;
   std::size_t mtp_num_layers = 0;
   double layernorm_epsilon = 1e-5;
   std::size_t max_position_embeddings = 0, ffn_hidden_size = 0;
@@ -392,6 +397,7 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
       c.r_layer_numbers = std::move(r);
     }
   }
+  SLM_TRY(list("attention_layers_without_input_norm", c.attention_layers_without_input_norm, false));
   SLM_TRY(size("mtp_num_layers", c.mtp_num_layers));
   SLM_TRY(number("layernorm_epsilon", c.layernorm_epsilon, true));
   if (!(c.layernorm_epsilon > 0))
@@ -480,6 +486,11 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
   auto plan = plan_nam56r_layers(pc);
   if (!plan.ok()) return std::move(plan).take_error().with_context("NAM56R config.json");
   c.plan = std::move(*plan);
+  for (std::size_t i : c.attention_layers_without_input_norm)
+    if (i >= c.num_layers || (c.plan.layers[i].kind != nam56r_layer_kind::mla &&
+                              c.plan.layers[i].kind != nam56r_layer_kind::dsa))
+      return make_error(errc::invalid_argument, "NAM56R config.json: \"attention_layers_without_input_norm\" names layer ",
+                        i, ", which is not an attention layer of the main stack");
   // Sizes each present kind needs.
   std::size_t n_dsa = 0, n_moe = 0, n_mamba = 0, n_m2rnn = 0;
   for (const nam56r_layer& l : c.plan.layers) {
@@ -661,7 +672,7 @@ SLM_INLINE status nam56r_model::norm_of(rms_norm& n, const std::string& name) co
 
 SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& prefix, bool dsa,
                                           bool norm_required) const {
-  if (norm_required || ck_->find(prefix + ".input_layernorm.weight")) {
+  if (norm_required) {  // else declared bare: a stored norm stays unbound and is reported
     SLM_TRY(norm_of(a.norm, prefix + ".input_layernorm.weight"));
     a.has_norm = true;
   }
@@ -702,7 +713,13 @@ SLM_INLINE status nam56r_model::load_weights() {
       case nam56r_layer_kind::dsa: {
         attn_layer a;
         const bool dsa = l.kind == nam56r_layer_kind::dsa;
-        SLM_TRY(load_attn(a, p, dsa, false));
+        const auto& bare = cfg_.attention_layers_without_input_norm;
+        const bool declared_bare = std::find(bare.begin(), bare.end(), i) != bare.end();
+        if (!declared_bare && !ck.find(p + ".input_layernorm.weight"))
+          return make_error(errc::not_found, ck.dir().string(), ": no tensor named '", p,
+                            ".input_layernorm.weight' (an attention layer stored without its input norm must be "
+                            "listed in config.json's \"attention_layers_without_input_norm\")");
+        SLM_TRY(load_attn(a, p, dsa, !declared_bare));
         if (dsa && cfg_.dsa_index_cache == "causal") {
           const auto& full = cfg_.dsa_index_cache_full_ranks;
           a.publishes_index = std::find(full.begin(), full.end(), dsa_rank) != full.end();
@@ -781,7 +798,10 @@ SLM_INLINE status nam56r_model::load_weights() {
   auto rows = slice_rows(out->w, 0, cfg_.vocab_size);  // padding rows: never computed
   if (!rows.ok()) return std::move(rows).take_error();
   head_.w = *rows;
-  return {};
+  // Every tensor of the canonical layout is bound above (the converter drops rotary and
+  // Transformer Engine buffers): one left over means config.json describes another model
+  // (a smaller num_layers, a conv kernel of 0 beside stored conv weights).
+  return ck.check_all_bound();
 }
 
 SLM_INLINE void nam56r_model::session::reset() noexcept {

@@ -1010,6 +1010,10 @@ SLM_INLINE result<nanochat_model> nanochat_model::from_checkpoint(checkpoint&& c
     if (!h.ok()) return std::move(h).take_error();
     m.mtp_ = std::move(*h);
   }
+  // Every tensor is bound above, except names with a '/': no module parameter has one
+  // (state_dict keys are '.'-joined), so they are data stored beside the weights, as the
+  // golden files keep their inputs and outputs ("in/idx", "out/logits").
+  SLM_TRY(ck.check_all_bound([](std::string_view name) { return name.find('/') != std::string_view::npos; }));
   return m;
 }
 

@@ -226,7 +226,7 @@ SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::s
 
 SLM_INLINE status structure_embedding::load_shaped(const checkpoint& ck, const std::string& name,
                                                    std::initializer_list<std::size_t> dims, floats& out) {
-  auto t = ck.tensor(name);
+  auto t = ck.float_tensor(name);
   if (!t.ok()) return std::move(t).take_error();
   bool same = t->rank() == dims.size();
   std::size_t n = 1, i = 0;

@@ -784,6 +784,9 @@ def check_tensors(state, cfg, kinds, flags, report):
 
     req, opt, ints = expected_tensors(cfg, kinds)
     d = cfg["hidden_size"]
+    # main-stack attention layers written without an input norm: declared in config.json,
+    # since the loader never takes a missing norm tensor to mean "no norm"
+    bare = []
     # unit input norms for MLA layers that lost theirs (fused run saved by a dropping writer)
     for name in list(opt):
         if not name.endswith("input_layernorm.weight") or name in state:
@@ -793,6 +796,8 @@ def check_tensors(state, cfg, kinds, flags, report):
         if p + "self_attention.core_attention.indexer.linear_wk.weight" in state:
             report.note("DSA layer %s has no input norm (a --mla-down-proj-fusion run: fed unnormalized, spec §2.3)"
                         % p.rstrip("."))
+            if p.startswith("decoder.layers."):
+                bare.append(int(p.split(".")[2]))
             continue
         ref = state.get(p + "self_attention.linear_q_down_proj.weight")
         if flags.missing_mla_norm == "unit" and ref is not None:
@@ -802,6 +807,10 @@ def check_tensors(state, cfg, kinds, flags, report):
         else:
             report.warn("%s has no input norm weight (spec §2.2/§7.5): left without one, the loader will feed h "
                         "unnormalized" % layer)
+            if p.startswith("decoder.layers."):
+                bare.append(int(p.split(".")[2]))
+    if bare:
+        cfg["attention_layers_without_input_norm"] = sorted(bare)
     if cfg["moe_router_score_function"] == "softmax":
         biased = [n for n in state if n.endswith("mlp.router.expert_bias")]
         if biased:

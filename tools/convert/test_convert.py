@@ -356,11 +356,13 @@ class MegatronLegacy(Base):
     def test_fused_down_proj_with_norm(self):
         sd = canonical()
         save_legacy(fused_down(sd, keep_norm=True), self.path("m.pt"))
-        out, _, report = self.convert(self.path("m.pt"))
+        out, cfg, report = self.convert(self.path("m.pt"))
         expected = dict(sd)
         del expected[DSA_PREFIX + "input_layernorm.weight"]
         self.assertConverted(out, expected)
         self.assertEqual(report.warnings, [])
+        # the loader takes no missing norm for "no norm": the bare DSA layer is declared
+        self.assertEqual(cfg["attention_layers_without_input_norm"], [4])
 
     def test_fused_down_proj_without_norm_gets_unit_weight(self):
         sd = canonical()
@@ -377,9 +379,10 @@ class MegatronLegacy(Base):
     def test_fused_down_proj_without_norm_left_out(self):
         sd = canonical()
         save_legacy(fused_down(sd, keep_norm=False), self.path("m.pt"))
-        out, _, report = self.convert(self.path("m.pt"), "--missing-mla-norm", "none")
+        out, cfg, report = self.convert(self.path("m.pt"), "--missing-mla-norm", "none")
         expected = {k: v for k, v in sd.items() if not k.endswith("input_layernorm.weight")}
         self.assertConverted(out, expected)
+        self.assertEqual(cfg["attention_layers_without_input_norm"], [0, 4])
         self.assertEqual(len(report.warnings), len(MLA_PREFIXES))
 
     def test_split_k_v_up_proj(self):
