@@ -399,21 +399,22 @@ int cmd_logits(const args& a) {
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
 
-  std::vector<float> logits;  // [T, V]
+  slm::floats logits;  // [T, V]
   const int rc = with_model(model, load_options(a), [&](const auto& m) -> int {
     const std::size_t V = m.vocab();
     if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
-    logits.resize(T * V);
     slm::compute_context cx{*pool};
     cx.quantized_activations = opt->act;
     auto session = m.new_session(opt->session);
+    // The context bounds T before anything is sized by it (every mode: nanochat's no-cache
+    // forward too); the [T, V] rows are then allocated as a value, not an exception.
+    if (T > session.max_tokens())
+      return fail(slm::make_error(slm::errc::out_of_range, T, " ids exceed the context of ", session.max_tokens(), " tokens"));
+    if (auto s = logits.resize(T * V); !s.ok()) return fail(s);
     if (mode == "full") {
       if constexpr (requires { m.forward_uncached(*ids, logits.data(), cx); }) {
         // nanochat: the reference's own no-cache forward (GPT.forward, eval), which the
-        // cached session differs from where DSA takes its sparse path or mHC pools; the
-        // session's context still bounds T.
-        if (T > session.max_tokens())
-          return fail(slm::make_error(slm::errc::out_of_range, T, " ids exceed the context of ", session.max_tokens(), " tokens"));
+        // cached session differs from where DSA takes its sparse path or mHC pools.
         if (auto s = m.forward_uncached(*ids, logits.data(), cx); !s.ok()) return fail(s);
       } else {
         if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
@@ -434,7 +435,7 @@ int cmd_logits(const args& a) {
   w.set_metadata("mode", std::string(mode));
   if (mode == "incremental") w.set_metadata("prefill", std::to_string(*prefill));
   const slm::shape shape{static_cast<std::int64_t>(T), static_cast<std::int64_t>(V)};
-  if (auto s = w.add("logits", slm::dtype::f32, shape, std::as_bytes(std::span(logits))); !s.ok()) return fail(s);
+  if (auto s = w.add("logits", slm::dtype::f32, shape, std::as_bytes(logits.span())); !s.ok()) return fail(s);
   if (auto s = w.write(std::string(out)); !s.ok()) return fail(s);
   std::printf("wrote logits %s (%.*s%s) to %.*s\n", shape.to_string().c_str(), static_cast<int>(mode.size()), mode.data(),
               mode == "incremental" ? slm::cat(", prefill ", *prefill).c_str() : "", static_cast<int>(out.size()), out.data());

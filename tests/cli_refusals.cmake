@@ -1,7 +1,8 @@
 # ctest driver: command lines the CLI must refuse with a clear error and a failing exit
 # status, where it used to go on: a misspelt option (silently ignored), integer options
 # given as out-of-range floats or nan (an undefined float-to-int cast under UBSan), and
-# output that cannot be written (> /dev/full: the text was lost and slm exited 0).
+# output that cannot be written (> /dev/full: the text was lost and slm exited 0), and
+# slm logits past the context.
 #   cmake -DCLI=... -DMODEL=... -P cli_refusals.cmake
 foreach(v CLI MODEL)
   if(NOT DEFINED ${v})
@@ -29,6 +30,12 @@ expect("--top-k 1e10" 2 "--top-k needs an integer from 0" run --model ${MODEL} -
 expect("--top-k nan" 2 "--top-k needs an integer from 0" run --model ${MODEL} --prompt x --top-k nan)
 expect("--repeat-last-n nan" 2 "--repeat-last-n needs an integer from -1" run --model ${MODEL} --prompt x --repeat-last-n nan)
 expect("--repeat-last-n -2" 2 "--repeat-last-n needs an integer from -1" run --model ${MODEL} --prompt x --repeat-last-n -2)
+# More ids than the context: refused before the [T, vocab] logits are allocated (slm logits
+# sized them first, so a long --ids list could exhaust memory before the context check).
+foreach(mode full incremental)
+  expect("logits --mode ${mode} past the context" 1 "5 ids exceed the context of 4 tokens"
+         logits --model ${MODEL} --ids 1,2,3,4,5 --ctx 4 --mode ${mode} --out ${CMAKE_CURRENT_BINARY_DIR}/never.safetensors)
+endforeach()
 if(EXISTS /dev/full)
   execute_process(COMMAND ${CLI} run --model ${MODEL} --prompt x -n 3 OUTPUT_FILE /dev/full TIMEOUT 60
                   RESULT_VARIABLE rc ERROR_VARIABLE err)
