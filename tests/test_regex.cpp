@@ -175,6 +175,31 @@ TEST(Regex, CatastrophicBacktrackingIsBounded) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
+// A budget shared by many searches (a tokenizer's encode): each search draws on it, and a
+// false return with the budget at zero means "ran out", not "no match".
+TEST(Regex, SharedBudgetSpansSearchesAndSaysWhenItRanOut) {
+  auto re = regex::compile("a*b|a");  // O(n) per search, one byte per match: O(n^2) in all
+  ASSERT_TRUE(re.ok());
+  const std::string text(20000, 'a');
+  std::size_t steps = 100 * text.size(), b = 0, e = 0, pos = 0, matches = 0;
+  while (re->search(text, pos, b, e, steps)) pos = e, ++matches;
+  EXPECT_EQ(steps, 0u);             // ran out ...
+  EXPECT_LT(matches, text.size());  // ... before the end
+  // Enough budget: the same matches as without one, and a real "no match" keeps steps.
+  std::size_t plenty = std::size_t{1} << 30;
+  ASSERT_TRUE(re->search("xxab", 0, b, e, plenty));
+  EXPECT_EQ(b, 2u);
+  EXPECT_EQ(e, 4u);
+  EXPECT_FALSE(re->search("xyz", 0, b, e, plenty));
+  EXPECT_GT(plenty, 0u);
+  // The general engine (a pattern without the fast path) draws on it too.
+  auto nested = regex::compile("(?:a|a)*(?:a|a)*b|(a*)*c");
+  ASSERT_TRUE(nested.ok());
+  std::size_t few = 10000;
+  EXPECT_FALSE(nested->search(std::string(40, 'a'), 0, b, e, few));
+  EXPECT_EQ(few, 0u);
+}
+
 TEST(Regex, SemanticsSpotChecks) {
   struct tc { const char* p; const char* t; std::size_t b, e; };
   const tc cases[] = {

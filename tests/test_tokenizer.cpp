@@ -349,6 +349,123 @@ TEST(Tokenizer, FifoIsRefusedWithoutBlocking) {
   }
 }
 
+// A hostile tokenizer.json must not hang or exhaust the host (issue 18): one encode() has a
+// regex step budget proportional to its input, summed over all its searches, and bounded
+// normalizer outputs; past them it returns an error value.
+namespace {
+slm::tokenizer hostile(std::string_view pre_tokenizer, std::string_view normalizer) {
+  const std::string json = slm::cat(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}, "pre_tokenizer": )",
+                                    pre_tokenizer, R"(, "normalizer": )", normalizer, "}");
+  auto t = slm::tokenizer::parse(json);
+  EXPECT_TRUE(t.ok()) << t.error().to_string();
+  return t.ok() ? std::move(*t) : slm::tokenizer{};
+}
+}  // namespace
+
+// `a*b|a` costs O(n) per search and finds a one-byte match each time: O(n^2) over one split
+// (35 s for 200 KB with a budget per search). Now the searches share one budget.
+TEST(Tokenizer, QuadraticPreTokenizerRegexRunsOutOfTheEncodeBudget) {
+  const slm::tokenizer tok = hostile(R"({"type": "Split", "pattern": {"Regex": "a*b|a"}, "behavior": "Isolated"})", "null");
+  EXPECT_TRUE(slm_test::fails_with(tok.encode(std::string(200000, 'a')), slm::errc::out_of_range,
+                                   {"pre-tokenizer regex 'a*b|a'", "work budget", "200000 bytes"}));
+  // Within the budget the same pattern still works, and a failed encode appends nothing.
+  auto small = tok.encode("aab");
+  ASSERT_TRUE(small.ok()) << small.error().to_string();
+  EXPECT_EQ(*small, (std::vector<std::int32_t>{0, 0, 1}));
+  std::vector<std::int32_t> out = {7};
+  slm::encode_scratch scratch;
+  EXPECT_FALSE(tok.encode(std::string(20000, 'a'), out, scratch).ok());
+  EXPECT_EQ(out, std::vector<std::int32_t>{7});
+}
+
+// Every real tokenizer stays far inside the budget, on text that makes its regexes work
+// hardest (runs and mixes of whitespace, apostrophes, digits, punctuation, random bytes).
+TEST(Tokenizer, RealTokenizersStayWithinTheEncodeBudget) {
+  std::string text;
+  for (const char* unit : {" \n", "' ", "a' ", "1  ", "!\n", " \r\n", "\t\n", "   \n", "-\n", "A'S "})
+    for (int i = 0; i < 2000; ++i) text += unit;
+  for (int i = 0; i < 20000; ++i) text.push_back(static_cast<char>((i * 7919) % 251));
+  for (const char* dir : {"golden/gpt2_bytelevel", "golden/llama3_split", "golden/cpp_split_digits", "cpp_bytelevel",
+                          "nam56r_cpp", "nam56r_ws"}) {
+    auto tok = slm::tokenizer::load(data_dir / dir / "tokenizer.json");
+    ASSERT_TRUE(tok.ok()) << dir;
+    auto ids = tok->encode(text);
+    EXPECT_TRUE(ids.ok()) << dir << ": " << ids.error().to_string();
+  }
+}
+
+// A Replace that turns one character into 1000, twice: 20 KB of input would become 20 GB
+// (20 MB after the first step). The first step's output passes its bound (a multiple of the
+// input) and the encode stops there, having allocated under a megabyte.
+TEST(Tokenizer, ExpandingReplaceNormalizerIsRefused) {
+  const std::string thousand(1000, 'a');
+  const std::string replace = slm::cat(R"({"type": "Replace", "pattern": {"String": "a"}, "content": ")", thousand, R"("})");
+  const slm::tokenizer tok =
+      hostile("null", slm::cat(R"({"type": "Sequence", "normalizers": [)", replace, ", ", replace, "]}"));
+  EXPECT_TRUE(slm_test::fails_with(tok.encode(std::string(20000, 'a')), slm::errc::out_of_range,
+                                   {"Replace normalizer", "20000 bytes of text", "hostile"}));
+  // A modest expansion is fine: 1 -> 2 -> 4 characters.
+  const slm::tokenizer mild = hostile(
+      "null", R"({"type": "Sequence", "normalizers": [{"type": "Replace", "pattern": {"String": "b"}, "content": "ab"},
+                                                      {"type": "Replace", "pattern": {"Regex": "a"}, "content": "bb"}]})");
+  auto ids = mild.encode("b");
+  ASSERT_TRUE(ids.ok()) << ids.error().to_string();
+  EXPECT_EQ(*ids, (std::vector<std::int32_t>{1, 1, 1}));
+  // Prepend of a long string is bounded the same way, and Metaspace's replacement too.
+  const slm::tokenizer prepend =
+      hostile("null", slm::cat(R"({"type": "Prepend", "prepend": ")", std::string(10000, 'b'), R"("})"));
+  EXPECT_TRUE(slm_test::fails_with(prepend.encode("a"), slm::errc::out_of_range, {"Prepend normalizer"}));
+  const slm::tokenizer metaspace =
+      hostile(slm::cat(R"({"type": "Metaspace", "replacement": ")", thousand, R"(", "prepend_scheme": "never"})"), "null");
+  EXPECT_TRUE(slm_test::fails_with(metaspace.encode(std::string(20000, ' ')), slm::errc::out_of_range, {"Metaspace"}));
+}
+
+// A Replace decoder is bounded too (per token), as is one with an empty Metaspace replacement
+// (which used to loop forever on an empty literal).
+TEST(Tokenizer, ExpandingReplaceDecoderIsRefused) {
+  const std::string json = slm::cat(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1}, "merges": []}, "decoder": {"type": "Replace", "pattern": {"String": "a"}, "content": ")",
+      std::string(100000, 'b'), R"("}})");
+  auto tok = slm::tokenizer::parse(json);
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  EXPECT_TRUE(slm_test::fails_with(tok->decode(std::vector<std::int32_t>{0, 0, 0}), slm::errc::out_of_range,
+                                   {"Replace decoder", "hostile"}));
+  auto fine = tok->decode(std::vector<std::int32_t>{1});
+  ASSERT_TRUE(fine.ok());
+  EXPECT_EQ(*fine, "b");
+  auto empty = slm::tokenizer::parse(
+      R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}, "decoder": {"type": "Metaspace", "replacement": ""}})");
+  ASSERT_TRUE(empty.ok());
+  auto text = empty->decode(std::vector<std::int32_t>{0, 0});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(*text, "aa");
+}
+
+TEST(Tokenizer, CancelledEncodeReturnsCancelled) {
+  auto tok = slm::tokenizer::load(data_dir / "golden/gpt2_bytelevel/tokenizer.json");
+  ASSERT_TRUE(tok.ok());
+  slm::cancellation cancel;
+  slm::encode_options opt;
+  opt.cancel = &cancel;
+  ASSERT_TRUE(tok->encode("int main() { return 0; }", opt).ok());  // not cancelled: as before
+  cancel.cancel();
+  EXPECT_TRUE(slm_test::fails_with(tok->encode("int main() { return 0; }", opt), slm::errc::cancelled, {"cancelled"}));
+  std::vector<std::int32_t> out = {1, 2};
+  slm::encode_scratch scratch;
+  EXPECT_TRUE(slm_test::fails_with(tok->encode(std::string(100000, 'x'), out, scratch, opt), slm::errc::cancelled, {}));
+  EXPECT_EQ(out, (std::vector<std::int32_t>{1, 2}));  // nothing appended
+  // Cancelled from another thread while a long hostile encode runs: it stops at the next check.
+  const slm::tokenizer slow = hostile(R"({"type": "Split", "pattern": {"Regex": "a*b|a"}, "behavior": "Isolated"})", "null");
+  slm::cancellation later;
+  slm::encode_options lo;
+  lo.cancel = &later;
+  std::thread t([&] { later.cancel(); });
+  auto r = slow.encode(std::string(200000, 'a'), lo);
+  t.join();
+  ASSERT_FALSE(r.ok());  // cancelled, or out of budget if the cancel came late
+  EXPECT_TRUE(r.error().code() == slm::errc::cancelled || r.error().code() == slm::errc::out_of_range) << r.error().to_string();
+}
+
 TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {
   using slm::detokenizer;
   EXPECT_EQ(detokenizer::incomplete_tail("abc"), 0u);

@@ -281,7 +281,9 @@ status generator<Session>::prefill(std::span<const std::int32_t> ids, compute_co
 template <generation_session Session>
 status generator<Session>::prefill_text(std::string_view text, compute_context& cx, const encode_options& eo) {
   if (!tok_) return make_error(errc::invalid_argument, "prefill_text: the generator has no tokenizer");
-  auto ids = tok_->encode(text, eo);
+  encode_options o = eo;
+  if (!o.cancel) o.cancel = cx.cancel;  // the forward's cancellation also stops a long encode
+  auto ids = tok_->encode(text, o);
   if (!ids.ok()) return std::move(ids).error();
   return prefill(*ids, cx);
 }

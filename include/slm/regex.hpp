@@ -27,6 +27,8 @@
 // bytes), and the search skips start positions whose first byte cannot begin a match.
 // Work is bounded: each search() has a step budget (2^27 + 4096 steps per byte searched);
 // a pattern that backtracks catastrophically runs out of it and search() reports no match.
+// A caller running many searches (a tokenizer's encode) passes one budget for all of them
+// instead, and learns when it ran out.
 // Fast path: a pattern that is an alternation of simple branches (literals, single-class
 // loops, single-class lookaheads, optional alternations of strings: every tokenizer pattern
 // in tests/data) is also compiled to item lists matched without a backtracking stack, with
@@ -1333,10 +1335,10 @@ inline std::size_t fast_alt(const fast_program& fp, const fast_item& it, std::st
 }
 
 // The search loop over start positions; give_up when the work nears `budget`.
+// `work` (zero on entry) ends as the work counted, the general engine's steps at most.
 inline fast_result fast_search(const fast_program& fp, std::string_view t, std::size_t from, std::size_t budget,
-                               std::size_t& begin, std::size_t& end) noexcept {
+                               std::size_t& begin, std::size_t& end, std::size_t& work) noexcept {
   const std::size_t n = t.size(), limit = budget / 2;
-  std::size_t work = 0;
   for (std::size_t pos = from;;) {
     const bool at_end = pos >= n;
     const auto b = at_end ? 256u : static_cast<unsigned char>(t[pos]);
@@ -1490,6 +1492,12 @@ class regex {
   // Leftmost match starting at or after `from`: [begin, end) in bytes.
   bool search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const;
 
+  // The same, drawing its steps from `steps`, a budget the caller shares between searches
+  // (a tokenizer's encode() gives all of its searches one budget proportional to its input,
+  // so a pattern quadratic over many searches is bounded too). On a false return, steps == 0
+  // says the budget ran out (the search is undecided), else there is no match.
+  bool search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end, std::size_t& steps) const;
+
   const std::string& pattern() const noexcept { return pattern_; }
 
  private:
@@ -1534,14 +1542,27 @@ SLM_INLINE result<regex> regex::compile(std::string_view pattern) {
 }
 
 SLM_INLINE bool regex::search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {
-  if (!prog_ || from > text.size()) return false;
-  const regex_detail::program& p = *prog_;
+  if (from > text.size()) return false;
   std::size_t budget = (std::size_t{1} << 27) + 4096 * (text.size() - from);
+  return search(text, from, begin, end, budget);
+}
+
+SLM_INLINE bool regex::search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end,
+                              std::size_t& budget) const {
+  if (!prog_ || from > text.size() || budget == 0) return false;
+  const regex_detail::program& p = *prog_;
   if (p.fast) {
-    std::size_t b = 0, e = 0;
-    const auto r = regex_detail::fast_search(*p.fast, text, from, budget, b, e);
-    if (r == regex_detail::fast_result::match) { begin = b; end = e; return true; }
-    if (r == regex_detail::fast_result::no_match) return false;  // give_up: the general engine decides
+    std::size_t b = 0, e = 0, work = 0;
+    const auto r = regex_detail::fast_search(*p.fast, text, from, budget, b, e, work);
+    if (r != regex_detail::fast_result::give_up) {
+      // The fast path's work bounds the general engine's steps: charge it. A match keeps at
+      // least one step, so that steps == 0 only ever means "ran out".
+      budget = r == regex_detail::fast_result::match ? std::max<std::size_t>(budget - std::min(work, budget), 1)
+                                                      : budget - std::min(work, budget - 1);
+      if (r == regex_detail::fast_result::match) { begin = b; end = e; return true; }
+      return false;
+    }
+    // give_up (work > budget / 2): the general engine decides, with the whole budget.
   }
   std::vector<std::size_t> regs(p.registers, SIZE_MAX);
   for (std::size_t pos = from;;) {

@@ -40,12 +40,17 @@ std::optional<std::string> bytes_of(std::string_view s);
 // Matches of `pattern` in s as HF's Pattern::find_matches: (begin, end, is_match) over
 // the whole of s, gaps included, in order (onig's find_iter: an empty match right after
 // the previous match is skipped by one character).
+// With `steps`, the searches draw on that shared budget (regex::search); when it runs out
+// (*steps == 0) the matches stop there and the rest of s is not reported.
 template <class Fn>
-inline void regex_matches(const regex& re, std::string_view s, Fn&& fn) {
+inline void regex_matches(const regex& re, std::string_view s, Fn&& fn, std::size_t* steps = nullptr) {
   std::size_t prev = 0, last_end = 0, last_match_end = std::string_view::npos;
   while (last_end <= s.size()) {
     std::size_t b = 0, e = 0;
-    if (!re.search(s, last_end, b, e)) break;
+    if (steps ? !re.search(s, last_end, b, e, *steps) : !re.search(s, last_end, b, e)) {
+      if (steps && *steps == 0) return;
+      break;
+    }
     if (b == e && e == last_match_end) {
       if (last_end >= s.size()) break;
       std::size_t len = 1;
@@ -169,6 +174,11 @@ bool is_word_char(char32_t c);
 std::string lowercase(std::string_view s);
 std::string strip_white(std::string_view s, bool left, bool right);
 std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with);
+// replace_all into `out` within limits: false when the result would pass max_out bytes (out
+// then holds at most max_out + with.size() bytes: nothing larger is ever allocated), or
+// when a regex ran out of the shared budget `*steps` (then *steps == 0).
+bool replace_all_within(std::string& out, std::string_view s, const std::string& literal, const regex* re,
+                        const std::string& with, std::size_t max_out, std::size_t* steps);
 
 #if SLM_DEFINE_TEXT
 
@@ -265,12 +275,25 @@ SLM_INLINE std::string strip_white(std::string_view s, bool left, bool right) {
 
 SLM_INLINE std::string replace_all(std::string_view s, const std::string& literal, const regex* re, const std::string& with) {
   std::string out;
+  replace_all_within(out, s, literal, re, with, SIZE_MAX, nullptr);
+  return out;
+}
+
+SLM_INLINE bool replace_all_within(std::string& out, std::string_view s, const std::string& literal, const regex* re,
+                                   const std::string& with, std::size_t max_out, std::size_t* steps) {
+  out.clear();
   std::size_t pos = 0;
+  auto fits = [&] { return out.size() <= max_out; };
   if (re) {
     std::size_t from = 0, b = 0, e = 0;
-    while (from <= s.size() && re->search(s, from, b, e)) {
+    while (from <= s.size()) {
+      if (steps ? !re->search(s, from, b, e, *steps) : !re->search(s, from, b, e)) {
+        if (steps && *steps == 0) return false;
+        break;
+      }
       out.append(s.substr(pos, b - pos));
       out += with;
+      if (!fits()) return false;
       pos = e;
       if (e == b) {  // an empty match: copy one code point and go on
         if (b >= s.size()) break;
@@ -283,14 +306,15 @@ SLM_INLINE std::string replace_all(std::string_view s, const std::string& litera
         from = e;
       }
     }
-  } else {
+  } else if (!literal.empty()) {  // (an empty literal would match forever: nothing to replace)
     for (std::size_t at; (at = s.find(literal, pos)) != std::string_view::npos; pos = at + literal.size()) {
       out.append(s.substr(pos, at - pos));
       out += with;
+      if (!fits()) return false;
     }
   }
   out.append(s.substr(std::min(pos, s.size())));
-  return out;
+  return fits();
 }
 
 #endif  // SLM_DEFINE_TEXT

@@ -27,6 +27,13 @@
 //
 // A loaded tokenizer is immutable and may be shared by threads; encode() keeps its
 // scratch on the caller's stack (or in an `encode_scratch` the caller reuses).
+//
+// Work is bounded by the input, whatever tokenizer.json says: one encode() has a regex step
+// budget proportional to the bytes its regexes scan (summed over all its searches, so a
+// pattern like `a*b|a`, quadratic over the searches of one split, runs out of it), and each
+// normalizer's (and Metaspace's) output is at most a fixed multiple of its input; past
+// either limit encode() returns errc::out_of_range instead of hanging or allocating without
+// bound. encode_options::cancel stops it early (errc::cancelled).
 #pragma once
 #include "slm/build_mode.hpp"
 
@@ -45,6 +52,7 @@
 #include <vector>
 
 #include "slm/bpe.hpp"
+#include "slm/parallel.hpp"  // cancellation
 #include "slm/regex.hpp"
 #if SLM_DEFINE_TEXT
 #include "slm/json.hpp"         // the parser and the file reader: the definitions below use them
@@ -64,6 +72,8 @@ struct encode_options {
   bool add_special_tokens = true;  // the post-processor's tokens (e.g. Llama-3's BOS), as HF's encode()
   bool parse_special = true;       // special tokens written in the text become their ids (HF's default);
                                    // false treats them as plain text (untrusted input)
+  // Checked between pieces of work: once cancelled, encode() returns errc::cancelled.
+  const cancellation* cancel = nullptr;
 };
 
 struct decode_options {
@@ -171,6 +181,13 @@ class tokenizer {
   // Limits against hostile files.
   static constexpr std::size_t max_vocab = std::size_t{1} << 24;
   static constexpr std::size_t max_token_bytes = 4096;
+  // One encode()'s regex steps: a base, plus this many for each byte a regex scans (every
+  // real tokenizer in tests/data needs far fewer: see test Tokenizer.RealTokenizersStayWithinBudget).
+  static constexpr std::size_t regex_steps_base = std::size_t{1} << 22;
+  static constexpr std::size_t regex_steps_per_byte = 1024;
+  // A normalizer's output (and Metaspace's) is at most max_growth times the text it came
+  // from plus growth_slack bytes (NFKC, the largest real expansion, is 18 code points per one).
+  static constexpr std::size_t max_growth = 32, growth_slack = 4096;
 
   static result<tokenizer> load(const std::filesystem::path& file);
 
@@ -289,15 +306,39 @@ class tokenizer {
   template <class Fn>
   void for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const;
 
+  // One encode()'s budget and first error (pieces after an error are skipped).
+  struct encode_run {
+    std::size_t steps = regex_steps_base;  // regex steps left (regex::search's shared budget)
+    const cancellation* cancel = nullptr;
+    status err;
+    // Whether to stop: an error already, or cancelled now (which becomes the error).
+    bool stop() {
+      if (err.ok() && cancel && cancel->cancelled()) err = status(errc::cancelled, "tokenizer: encode cancelled");
+      if (err.ok()) return false;
+      steps = 0;  // a search under way stops at once
+      return true;
+    }
+    // Grants the steps for a regex pass over n bytes.
+    void grant(std::size_t n) noexcept {
+      const std::size_t add = n > SIZE_MAX / regex_steps_per_byte ? SIZE_MAX : n * regex_steps_per_byte;
+      steps = add > SIZE_MAX - steps ? SIZE_MAX : steps + add;
+    }
+    // The error for a regex that ran out of steps (steps == 0), else ok.
+    status regex_out_of_steps(std::string_view what, const regex& re, std::size_t bytes) const;
+  };
+
   // ---- Normalizers ----
-  std::string normalize(std::string_view in) const;
+  // The normalized text of `in` into out; an error when an output passes its bound or a
+  // Replace regex runs out of steps.
+  status normalize_into(std::string_view in, std::string& out, encode_run& run) const;
+  std::string normalize(std::string_view in) const;  // (load time: build() checked it succeeds)
   // ---- Pre-tokenizers ----
 
   // Runs pre-tokenizer `step` on one piece and hands each resulting piece to the next
   // step, the last one to sink (the model). `first` says the piece starts the text
   // (Metaspace's prepend_scheme "first").
   template <class Sink>
-  void pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const;
+  void pre_tokenize(std::size_t step, std::string_view piece, bool first, encode_run& run, Sink&& sink) const;
 
   // ---- The model ----
   void model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const;
@@ -307,7 +348,8 @@ class tokenizer {
   void add_template(bool before, std::vector<std::int32_t>& out) const;
 
   // ---- Decoders (HF's decode_chain, on the list of token texts) ----
-  void run_decoder(const decode_step& d, std::vector<std::string>& toks) const;
+  // A Replace's output is bounded as a normalizer's, and its regex draws on run's steps.
+  status run_decoder(const decode_step& d, std::vector<std::string>& toks, encode_run& run) const;
 
   // Transparent hashing so lookups take string_view pieces without a copy.
   struct text_hash {
@@ -391,14 +433,21 @@ void tokenizer::for_each_added(std::string_view s, const text::literal_set& m, c
 }
 
 template <class Sink>
-void tokenizer::pre_tokenize(std::size_t step, std::string_view piece, bool first, Sink&& sink) const {
+void tokenizer::pre_tokenize(std::size_t step, std::string_view piece, bool first, encode_run& run, Sink&& sink) const {
+  if (run.stop()) return;
   if (step == pre_.size()) return sink(piece);
   const pre_step& p = pre_[step];
-  auto next = [&](std::string_view sub) { pre_tokenize(step + 1, sub, first && sub.data() == piece.data(), sink); };
+  auto next = [&](std::string_view sub) { pre_tokenize(step + 1, sub, first && sub.data() == piece.data(), run, sink); };
+  // A regex split: its searches draw on the run's steps, granted for the bytes it scans.
+  auto regex_split = [&](std::string_view sv, text::split_behavior behavior, bool invert, auto&& out) {
+    run.grant(sv.size());
+    text::split_pieces(sv, behavior, invert, [&](auto&& f) { text::regex_matches(*p.re, sv, f, &run.steps); }, out);
+    if (run.err.ok()) run.err = run.regex_out_of_steps("pre-tokenizer", *p.re, sv.size());
+  };
   switch (p.kind) {
     case pre_step::split:
       if (p.re)
-        text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::regex_matches(*p.re, piece, f); }, next);
+        regex_split(piece, p.behavior, p.invert, next);
       else
         text::split_pieces(piece, p.behavior, p.invert, [&](auto&& f) { text::literal_matches(p.literal, piece, f); }, next);
       return;
@@ -424,21 +473,29 @@ void tokenizer::pre_tokenize(std::size_t step, std::string_view piece, bool firs
         s = prefixed;
       }
       if (p.re)
-        text::split_pieces(s, text::split_behavior::isolated, false, [&](auto&& f) { text::regex_matches(*p.re, s, f); },
-                     [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+        regex_split(s, text::split_behavior::isolated, false, [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, run, sink); });
       else
-        pre_tokenize(step + 1, s, false, sink);
+        pre_tokenize(step + 1, s, false, run, sink);
       return;
     }
     case pre_step::metaspace: {
-      std::string s = text::replace_all(piece, " ", nullptr, p.literal);
+      std::string s;
+      const std::size_t bound = max_growth * piece.size() + growth_slack;
+      if (!text::replace_all_within(s, piece, " ", nullptr, p.literal, bound, nullptr) ||
+          (s.compare(0, p.literal.size(), p.literal) != 0 && s.size() + p.literal.size() > bound)) {
+        run.err = make_error(errc::out_of_range, "tokenizer: the Metaspace pre-tokenizer's output would pass ", bound,
+                             " bytes for ", piece.size(), " bytes of text (its replacement is ", p.literal.size(),
+                             " bytes); refused as hostile");
+        return;
+      }
       if ((p.prepend == pre_step::always || (p.prepend == pre_step::first && first)) &&
           s.compare(0, p.literal.size(), p.literal) != 0)
         s.insert(0, p.literal);
-      if (!p.split_on_replacement) return pre_tokenize(step + 1, s, false, sink);
+      // (an empty replacement would match forever: nothing to split on)
+      if (!p.split_on_replacement || p.literal.empty()) return pre_tokenize(step + 1, s, false, run, sink);
       const std::string_view sv = s;
       text::split_pieces(sv, text::split_behavior::merged_with_next, false, [&](auto&& f) { text::literal_matches(p.literal, sv, f); },
-                   [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, sink); });
+                   [&](std::string_view sub) { pre_tokenize(step + 1, sub, false, run, sink); });
       return;
     }
   }
@@ -492,24 +549,39 @@ SLM_INLINE result<std::vector<std::int32_t>> tokenizer::encode(std::string_view 
 
 SLM_INLINE status tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, encode_scratch& s,
               const encode_options& opt) const {
+  encode_run run;
+  run.cancel = opt.cancel;
+  if (run.stop()) return std::move(run.err);
   if (s.cache.owner != fingerprint_) s.cache.reset(fingerprint_);
+  const std::size_t out_size = out.size();
   if (opt.add_special_tokens) add_template(true, out);
   // 1. Added tokens matched on the raw text (special ones, normalized=false ones).
   for_each_added(text, raw_added_, opt, [&](std::int32_t id, std::string_view piece) {
+    if (run.stop()) return;
     if (id >= 0) return out.push_back(id);
     // 2. The rest normalized, then 3. normalized added tokens split out of it.
     std::string normalized;
     std::string_view view = piece;
     if (!normalizers_.empty()) {
-      normalized = normalize(piece);
+      if (status st = normalize_into(piece, normalized, run); !st.ok()) {
+        run.err = std::move(st);
+        return;
+      }
       view = normalized;
     }
     for_each_added(view, normalized_added_, opt, [&](std::int32_t id2, std::string_view rest) {
+      if (run.stop()) return;
       if (id2 >= 0) return out.push_back(id2);
       // 4. Pre-tokenizers, then the model on each piece.
-      pre_tokenize(0, rest, rest.data() == text.data(), [&](std::string_view p) { model_encode(p, out, s); });
+      pre_tokenize(0, rest, rest.data() == text.data(), run, [&](std::string_view p) {
+        if (!run.stop()) model_encode(p, out, s);
+      });
     });
   });
+  if (run.stop()) {
+    out.resize(out_size);  // nothing half-encoded is appended
+    return std::move(run.err);
+  }
   if (opt.add_special_tokens) add_template(false, out);
   return {};
 }
@@ -537,7 +609,8 @@ SLM_INLINE result<std::string> tokenizer::decode(std::span<const std::int32_t> i
     }
     return out;
   }
-  for (const decode_step& d : decoders_) run_decoder(d, toks);
+  encode_run run;
+  for (const decode_step& d : decoders_) SLM_TRY(run_decoder(d, toks, run));
   for (const std::string& t : toks) out += t;
   return out;
 }
@@ -582,8 +655,14 @@ SLM_INLINE status tokenizer::build(const json::value& doc) {
   if (status st_ = parse_vocab(bpe_model); !st_.ok()) return std::move(st_).with_context("model");
   if (status st_ = parse_added(doc["added_tokens"]); !st_.ok()) return std::move(st_).with_context("added_tokens");
   if (status st_ = parse_normalizer(doc["normalizer"]); !st_.ok()) return std::move(st_).with_context("normalizer");
-  for (const added_token& a : added_)
-    if (a.normalized && !normalizers_.empty()) tokens_[static_cast<std::size_t>(a.id)] = normalize(a.content);
+  for (const added_token& a : added_) {
+    if (!a.normalized || normalizers_.empty()) continue;
+    encode_run run;
+    std::string normalized;
+    if (status st_ = normalize_into(a.content, normalized, run); !st_.ok())
+      return std::move(st_).with_context(cat("added token ", a.id));
+    tokens_[static_cast<std::size_t>(a.id)] = std::move(normalized);
+  }
   if (status st_ = parse_decoder(doc["decoder"]); !st_.ok()) return std::move(st_).with_context("decoder");
   if (status st_ = parse_post(doc["post_processor"]); !st_.ok()) return std::move(st_).with_context("post_processor");
   // Token bytes for the byte-level decoder (added tokens through the same map, as HF's
@@ -955,22 +1034,56 @@ SLM_INLINE void tokenizer::guess_specials() {
   }
 }
 
+SLM_INLINE status tokenizer::encode_run::regex_out_of_steps(std::string_view what, const regex& re, std::size_t bytes) const {
+  if (steps != 0) return {};
+  return make_error(errc::out_of_range, "tokenizer: the ", what, " regex '", std::string_view(re.pattern()).substr(0, 80),
+                    "' ran out of its work budget (", regex_steps_per_byte, " steps per byte scanned) on ", bytes,
+                    " bytes of text: it backtracks too much (a hostile or broken tokenizer.json)");
+}
+
 SLM_INLINE std::string tokenizer::normalize(std::string_view in) const {
-  std::string s(in);
+  encode_run run;
+  std::string s;
+  return normalize_into(in, s, run).ok() ? s : std::string();
+}
+
+SLM_INLINE status tokenizer::normalize_into(std::string_view in, std::string& out, encode_run& run) const {
+  // Every step's output is bounded by the original input, so a chain cannot compound.
+  const std::size_t bound = max_growth * in.size() + growth_slack;
+  auto too_large = [&](std::string_view what, std::size_t size) {
+    return make_error(errc::out_of_range, "tokenizer: the ", what, " normalizer's output would be ", size,
+                      " bytes or more for ", in.size(), " bytes of text (at most ", max_growth, " times the text + ",
+                      growth_slack, "); refused as hostile");
+  };
+  out.assign(in);
+  std::string next;
   for (const normalize_step& n : normalizers_) {
+    if (run.stop()) return std::move(run.err);
     switch (n.kind) {
-      case normalize_step::nfc: s = unicode::nfc(s); break;
-      case normalize_step::nfd: s = unicode::nfd(s); break;
-      case normalize_step::nfkc: s = unicode::nfkc(s); break;
-      case normalize_step::lowercase: s = text::lowercase(s); break;
-      case normalize_step::strip: s = text::strip_white(s, n.left, n.right); break;
-      case normalize_step::replace: s = text::replace_all(s, n.a, n.re.get(), n.b); break;
+      case normalize_step::nfc: out = unicode::nfc(out); break;
+      case normalize_step::nfd: out = unicode::nfd(out); break;
+      case normalize_step::nfkc: out = unicode::nfkc(out); break;
+      case normalize_step::lowercase: out = text::lowercase(out); break;
+      case normalize_step::strip: out = text::strip_white(out, n.left, n.right); break;
+      case normalize_step::replace:
+        if (n.re) run.grant(out.size());
+        if (!text::replace_all_within(next, out, n.a, n.re.get(), n.b, bound, &run.steps)) {
+          if (n.re && run.steps == 0) {
+            if (status st = run.regex_out_of_steps("Replace normalizer", *n.re, out.size()); !run.stop()) return st;
+            return std::move(run.err);
+          }
+          return too_large("Replace", next.size());
+        }
+        out.swap(next);
+        break;
       case normalize_step::prepend:
-        if (!s.empty()) s.insert(0, n.a);
+        if (!out.empty() && out.size() + n.a.size() > bound) return too_large("Prepend", out.size() + n.a.size());
+        if (!out.empty()) out.insert(0, n.a);
         break;
     }
+    if (out.size() > bound) return too_large("normalizer chain", out.size());
   }
-  return s;
+  return {};
 }
 
 SLM_INLINE void tokenizer::model_encode(std::string_view piece, std::vector<std::int32_t>& out, encode_scratch& s) const {
@@ -1061,19 +1174,29 @@ SLM_INLINE void tokenizer::add_template(bool before, std::vector<std::int32_t>& 
   }
 }
 
-SLM_INLINE void tokenizer::run_decoder(const decode_step& d, std::vector<std::string>& toks) const {
+SLM_INLINE status tokenizer::run_decoder(const decode_step& d, std::vector<std::string>& toks, encode_run& run) const {
   switch (d.kind) {
     case decode_step::bytes:
       for (std::string& t : toks)
         if (auto b = text::bytes_of(t)) t = std::move(*b);
-      return;
+      return {};
     case decode_step::metaspace:
       for (std::size_t i = 0; i < toks.size(); ++i)
         toks[i] = text::replace_all(toks[i], d.a, nullptr, i == 0 && d.metaspace_strip_first ? std::string() : std::string(" "));
-      return;
-    case decode_step::replace:
-      for (std::string& t : toks) t = text::replace_all(t, d.a, d.re.get(), d.b);
-      return;
+      return {};
+    case decode_step::replace: {
+      std::string next;
+      for (std::string& t : toks) {
+        if (d.re) run.grant(t.size());
+        if (!text::replace_all_within(next, t, d.a, d.re.get(), d.b, max_growth * t.size() + growth_slack, &run.steps)) {
+          if (d.re && run.steps == 0) return run.regex_out_of_steps("Replace decoder", *d.re, t.size());
+          return make_error(errc::out_of_range, "tokenizer: the Replace decoder's output for a token of ", t.size(),
+                            " bytes would pass ", max_growth, " times its size + ", growth_slack, "; refused as hostile");
+        }
+        t.swap(next);
+      }
+      return {};
+    }
     case decode_step::byte_fallback: {
       std::vector<std::string> out;
       std::string bytes;
@@ -1090,13 +1213,13 @@ SLM_INLINE void tokenizer::run_decoder(const decode_step& d, std::vector<std::st
       }
       if (!bytes.empty()) out.push_back(std::move(bytes));
       toks = std::move(out);
-      return;
+      return {};
     }
     case decode_step::fuse: {
       std::string all;
       for (const std::string& t : toks) all += t;
       toks.assign(1, std::move(all));
-      return;
+      return {};
     }
     case decode_step::strip:
       for (std::string& t : toks) {
@@ -1106,12 +1229,13 @@ SLM_INLINE void tokenizer::run_decoder(const decode_step& d, std::vector<std::st
           e -= d.a.size();
         t = t.substr(b, e - b);
       }
-      return;
+      return {};
     case decode_step::bpe_suffix:
       for (std::size_t i = 0; i < toks.size(); ++i)
         toks[i] = text::replace_all(toks[i], d.a, nullptr, i + 1 == toks.size() ? std::string() : std::string(" "));
-      return;
+      return {};
   }
+  return {};
 }
 
 #endif  // SLM_DEFINE_TEXT
