@@ -361,6 +361,45 @@ TEST(Nam56r, PrefillEqualsStepsAndChunks) {
   EXPECT_LT(slm_test::rel_err(s2.data(), p2.data(), p2.size()), 1e-4);
 }
 
+// Runs tasks inline and cancels the token at its fire_at-th run() call, so a cancel
+// lands inside whichever layer is running then (issue 18: one inside a Mamba-3 layer
+// said only "mamba3: ").
+struct cancelling_executor {
+  slm::cancellation* cancel;
+  std::size_t fire_at;
+  mutable std::size_t calls = 0;
+  std::size_t concurrency() const noexcept { return 2; }
+  void run(std::size_t n, slm::task_ref fn) const noexcept {
+    if (++calls == fire_at) cancel->cancel();
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+  }
+};
+
+TEST(Nam56r, EveryCancellationSaysCancelled) {
+  const auto& m = small_model();
+  const auto ids = some_ids(6, m.vocab());
+  std::vector<float> out(ids.size() * m.vocab());
+  int cancelled = 0, in_mamba3 = 0;
+  for (std::size_t fire_at = 0; fire_at < 200; ++fire_at) {
+    auto s = m.new_session();
+    slm::cancellation token;
+    if (fire_at == 0) token.cancel();  // before the forward starts
+    cancelling_executor ex{&token, fire_at};
+    slm::compute_context cx{slm::executor_ref(ex)};
+    cx.cancel = &token;
+    const slm::status st = s.forward(ids, ids.size(), out.data(), cx);
+    if (st.ok()) break;  // the cancel came after the last check: later ones do too
+    ++cancelled;
+    EXPECT_EQ(st.code(), slm::errc::cancelled) << st.message();
+    const std::string& msg = st.message();
+    EXPECT_NE(msg.find("cancelled"), std::string::npos) << "fire_at " << fire_at << ": '" << msg << "'";
+    EXPECT_FALSE(msg.size() >= 2 && msg.compare(msg.size() - 2, 2, ": ") == 0) << msg;
+    if (msg.find("mamba3") != std::string::npos) ++in_mamba3;
+  }
+  EXPECT_GE(cancelled, 10);
+  EXPECT_GE(in_mamba3, 1);  // some cancel did land inside a Mamba-3 layer
+}
+
 TEST(Nam56r, RollbackAndRefeed) {
   const auto& m = small_model();
   const auto ids = some_ids(20, m.vocab());
