@@ -15,13 +15,17 @@
 #include <fstream>
 #include <list>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "slm/convert.hpp"
+#include "slm/model.hpp"
 #include "slm/nam56r.hpp"
+#include "slm/nanochat.hpp"
 #include "slm/specialist.hpp"
 #include "slm/safetensors.hpp"
 #include "slm/session_file.hpp"
@@ -398,6 +402,36 @@ TEST(Nam56r, EveryCancellationSaysCancelled) {
   }
   EXPECT_GE(cancelled, 10);
   EXPECT_GE(in_mamba3, 1);  // some cancel did land inside a Mamba-3 layer
+}
+
+// A session follows its model when the model moves (issue 18: a session kept a raw
+// pointer to the moved-from object): moved out of an optional that is then emptied, and
+// moved again by a vector's reallocation, between calls of one session.
+TEST(Nam56r, SessionFollowsItsModelWhenTheModelMoves) {
+  static_assert(std::is_base_of_v<slm::movable_model<nam56r_model>, nam56r_model>);
+  static_assert(std::is_base_of_v<slm::movable_model<slm::nanochat_model>, slm::nanochat_model>);
+  static_assert(std::is_base_of_v<slm::movable_model<slm::model>, slm::model>);
+  const auto& ref = small_model();
+  const std::size_t V = ref.vocab();
+  const auto ids = some_ids(10, V);
+  const auto want = run_chunks(ref, ids, {6, 2, 2});
+  std::optional<nam56r_model> first(load_model("moved", dims{}));
+  auto s = first->new_session();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  std::vector<float> out(ids.size() * V);
+  auto feed = [&](std::size_t at, std::size_t n) {
+    const slm::status st = s.forward(std::span(ids.data() + at, n), n, out.data() + at * V, cx);
+    EXPECT_TRUE(st.ok()) << st.message();
+  };
+  feed(0, 6);
+  std::vector<nam56r_model> home;
+  home.reserve(1);
+  home.push_back(std::move(*first));
+  first.reset();  // the moved-from object is gone
+  feed(6, 2);
+  home.push_back(load_model("moved2", dims{}));  // reallocates: home[0] moves again
+  feed(8, 2);
+  EXPECT_LT(slm_test::rel_err(out.data(), want.data(), want.size()), 1e-6);
 }
 
 TEST(Nam56r, RollbackAndRefeed) {
