@@ -297,6 +297,9 @@ TEST(Tokenizer, FimOrderDefaultsToTheModelsOwn) {
   auto bundled = slm::tokenizer::load_dir(std::filesystem::path(SLM_MODELS_DIR) / "nam56r-cpp-14m");
   ASSERT_TRUE(bundled.ok()) << bundled.error().message();
   ASSERT_TRUE(bundled->fim_preference().has_value());
+  EXPECT_EQ(bundled->specials().bos, 2);  // a config naming no special tokens changes none
+  EXPECT_EQ(bundled->specials().eos, 3);
+  EXPECT_EQ(bundled->specials().fim_suffix, 6);
   EXPECT_EQ(*bundled->fim_preference(), slm::fim_order::spm);
   auto b = slm::fim_prompt(*bundled, "int f() {", "}\n");
   ASSERT_TRUE(b.ok());
