@@ -8,13 +8,18 @@ set(SLM_INSTALL_CMAKEDIR "${CMAKE_INSTALL_DATADIR}/cmake/slm" CACHE STRING
     "Where slmConfig.cmake is installed (relative to the prefix)")
 
 install(TARGETS slm EXPORT slmTargets INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-# slm::compiled, where it is built: the static library (libslm.a) beside the headers.
-if(TARGET slm_compiled)
-  install(TARGETS slm_compiled EXPORT slmTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-endif()
 install(DIRECTORY include/slm DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.hpp")
 install(EXPORT slmTargets NAMESPACE slm:: DESTINATION ${SLM_INSTALL_CMAKEDIR})
 export(EXPORT slmTargets NAMESPACE slm:: FILE ${PROJECT_BINARY_DIR}/slmTargets.cmake)
+# slm::compiled, where it is configured: the static library (libslm.a) beside the headers,
+# in an export set of its own that slmConfig.cmake includes when present. The install
+# needs no build: without libslm.a (`cmake --install` after a plain configure) it is
+# header-only, and the compiled target's package files are removed again.
+if(TARGET slm_compiled)
+  install(TARGETS slm_compiled EXPORT slmCompiledTargets ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} OPTIONAL)
+  install(EXPORT slmCompiledTargets NAMESPACE slm:: DESTINATION ${SLM_INSTALL_CMAKEDIR})
+  export(EXPORT slmCompiledTargets NAMESPACE slm:: FILE ${PROJECT_BINARY_DIR}/slmCompiledTargets.cmake)
+endif()
 
 configure_package_config_file(cmake/slmConfig.cmake.in ${PROJECT_BINARY_DIR}/slmConfig.cmake
   INSTALL_DESTINATION ${SLM_INSTALL_CMAKEDIR})
@@ -65,5 +70,13 @@ install(FILES ${PROJECT_BINARY_DIR}/slm.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/
 if(TARGET slm_compiled)
   configure_file(cmake/slm-compiled.pc.in ${PROJECT_BINARY_DIR}/slm-compiled.pc @ONLY)
   install(FILES ${PROJECT_BINARY_DIR}/slm-compiled.pc DESTINATION ${CMAKE_INSTALL_DATADIR}/pkgconfig)
+  # libslm.a not built: what names it would name a missing file.
+  install(CODE "
+    if(NOT EXISTS \"$<TARGET_FILE:slm_compiled>\")
+      set(_slm_root \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}\")
+      file(GLOB _slm_compiled_files \"\${_slm_root}/${SLM_INSTALL_CMAKEDIR}/slmCompiledTargets*.cmake\")
+      file(REMOVE \${_slm_compiled_files} \"\${_slm_root}/${CMAKE_INSTALL_DATADIR}/pkgconfig/slm-compiled.pc\")
+      message(STATUS \"slm: libslm.a is not built, so the install is header-only (no slm::compiled)\")
+    endif()")
 endif()
 install(FILES LICENSE README.md DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/slm)

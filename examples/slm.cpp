@@ -637,10 +637,13 @@ int cmd_run(const args& a) {
     prompt = std::move(*p);
     if (prompt.empty() && t->specials().bos >= 0) prompt.push_back(t->specials().bos);
   } else if (fim_mode) {
-    const std::string_view order = a.get("fim-order", "psm");
-    if (order != "psm" && order != "spm") return usage_error(slm::cat("--fim-order must be psm or spm, not '", order, "'"));
-    auto p = slm::fim_prompt(*t, a.get("fim-prefix"), a.get("fim-suffix"),
-                             order == "psm" ? slm::fim_order::psm : slm::fim_order::spm);
+    // Without --fim-order, the model's own order (tokenizer_config.json "fim_order"), else PSM.
+    const std::string_view order = a.get("fim-order");
+    if (a.has("fim-order") && order != "psm" && order != "spm")
+      return usage_error(slm::cat("--fim-order must be psm or spm, not '", order, "'"));
+    std::optional<slm::fim_order> o;
+    if (a.has("fim-order")) o = order == "psm" ? slm::fim_order::psm : slm::fim_order::spm;
+    auto p = slm::fim_prompt(*t, a.get("fim-prefix"), a.get("fim-suffix"), o);
     if (!p.ok()) return fail(p.error());
     prompt = std::move(*p);
   }
@@ -1434,7 +1437,8 @@ constexpr std::string_view options_help =
     "                     --no-parse-special; BOS as the tokenizer's post-processor adds it)\n"
     "  --prompt-ids ID,.. the prompt as token ids; the output is then ids, comma-separated\n"
     "  --fim-prefix TEXT, --fim-suffix TEXT   fill in the middle: the model writes the code\n"
-    "                     between them (the tokenizer's FIM tokens; --fim-order psm|spm)\n"
+    "                     between them (the tokenizer's FIM tokens; --fim-order psm|spm,\n"
+    "                     default: the model's own, tokenizer_config.json \"fim_order\", else psm)\n"
     "  -n N, --tokens N   tokens to generate at most (default 128; 16 with --prompt-ids)\n"
     "  --temp T           temperature; 0 = greedy (the default, unless generation_config.json\n"
     "                     sets do_sample)\n"

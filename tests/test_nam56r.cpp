@@ -15,13 +15,17 @@
 #include <fstream>
 #include <list>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "slm/convert.hpp"
+#include "slm/model.hpp"
 #include "slm/nam56r.hpp"
+#include "slm/nanochat.hpp"
 #include "slm/specialist.hpp"
 #include "slm/safetensors.hpp"
 #include "slm/session_file.hpp"
@@ -359,6 +363,75 @@ TEST(Nam56r, PrefillEqualsStepsAndChunks) {
   const auto p2 = run_chunks(ms, ids, {24});
   const auto s2 = run_chunks(ms, ids, {11, 13});
   EXPECT_LT(slm_test::rel_err(s2.data(), p2.data(), p2.size()), 1e-4);
+}
+
+// Runs tasks inline and cancels the token at its fire_at-th run() call, so a cancel
+// lands inside whichever layer is running then (issue 18: one inside a Mamba-3 layer
+// said only "mamba3: ").
+struct cancelling_executor {
+  slm::cancellation* cancel;
+  std::size_t fire_at;
+  mutable std::size_t calls = 0;
+  std::size_t concurrency() const noexcept { return 2; }
+  void run(std::size_t n, slm::task_ref fn) const noexcept {
+    if (++calls == fire_at) cancel->cancel();
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+  }
+};
+
+TEST(Nam56r, EveryCancellationSaysCancelled) {
+  const auto& m = small_model();
+  const auto ids = some_ids(6, m.vocab());
+  std::vector<float> out(ids.size() * m.vocab());
+  int cancelled = 0, in_mamba3 = 0;
+  for (std::size_t fire_at = 0; fire_at < 200; ++fire_at) {
+    auto s = m.new_session();
+    slm::cancellation token;
+    if (fire_at == 0) token.cancel();  // before the forward starts
+    cancelling_executor ex{&token, fire_at};
+    slm::compute_context cx{slm::executor_ref(ex)};
+    cx.cancel = &token;
+    const slm::status st = s.forward(ids, ids.size(), out.data(), cx);
+    if (st.ok()) break;  // the cancel came after the last check: later ones do too
+    ++cancelled;
+    EXPECT_EQ(st.code(), slm::errc::cancelled) << st.message();
+    const std::string& msg = st.message();
+    EXPECT_NE(msg.find("cancelled"), std::string::npos) << "fire_at " << fire_at << ": '" << msg << "'";
+    EXPECT_FALSE(msg.size() >= 2 && msg.compare(msg.size() - 2, 2, ": ") == 0) << msg;
+    if (msg.find("mamba3") != std::string::npos) ++in_mamba3;
+  }
+  EXPECT_GE(cancelled, 10);
+  EXPECT_GE(in_mamba3, 1);  // some cancel did land inside a Mamba-3 layer
+}
+
+// A session follows its model when the model moves (issue 18: a session kept a raw
+// pointer to the moved-from object): moved out of an optional that is then emptied, and
+// moved again by a vector's reallocation, between calls of one session.
+TEST(Nam56r, SessionFollowsItsModelWhenTheModelMoves) {
+  static_assert(std::is_base_of_v<slm::movable_model<nam56r_model>, nam56r_model>);
+  static_assert(std::is_base_of_v<slm::movable_model<slm::nanochat_model>, slm::nanochat_model>);
+  static_assert(std::is_base_of_v<slm::movable_model<slm::model>, slm::model>);
+  const auto& ref = small_model();
+  const std::size_t V = ref.vocab();
+  const auto ids = some_ids(10, V);
+  const auto want = run_chunks(ref, ids, {6, 2, 2});
+  std::optional<nam56r_model> first(load_model("moved", dims{}));
+  auto s = first->new_session();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  std::vector<float> out(ids.size() * V);
+  auto feed = [&](std::size_t at, std::size_t n) {
+    const slm::status st = s.forward(std::span(ids.data() + at, n), n, out.data() + at * V, cx);
+    EXPECT_TRUE(st.ok()) << st.message();
+  };
+  feed(0, 6);
+  std::vector<nam56r_model> home;
+  home.reserve(1);
+  home.push_back(std::move(*first));
+  first.reset();  // the moved-from object is gone
+  feed(6, 2);
+  home.emplace_back();  // reallocates: home[0] moves again
+  feed(8, 2);
+  EXPECT_LT(slm_test::rel_err(out.data(), want.data(), want.size()), 1e-6);
 }
 
 TEST(Nam56r, RollbackAndRefeed) {

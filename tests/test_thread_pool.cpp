@@ -8,7 +8,9 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -197,6 +199,26 @@ TEST(Cancellation, BeforeTheCallRunsNothing) {
   EXPECT_EQ(calls.load(), 3);
 }
 
+// A cancellation says so: a layer adds its name ("mamba3: ...") to what these return,
+// and an empty message left "mamba3: " (issue 18).
+TEST(Cancellation, MessageSaysCancelledAlsoWithContext) {
+  slm::cancellation cancel;
+  cancel.cancel();
+  slm::thread_pool pool = make_pool(2);
+  const slm::status sts[] = {
+      slm::check_cancelled(&cancel),
+      slm::parallel_for(pool, 0, 1000, [](std::size_t, std::size_t) {}, &cancel),
+      slm::parallel_for_chunks(pool, 10, [](std::size_t) {}, &cancel),
+  };
+  for (const slm::status& st : sts) {
+    EXPECT_EQ(st.code(), errc::cancelled);
+    EXPECT_NE(st.message().find("cancelled"), std::string::npos) << st.message();
+    EXPECT_EQ(slm::status(st).with_context("mamba3").message().rfind("mamba3: cancelled", 0), 0u);
+  }
+  // Whatever code builds a bare error, the context never ends in ": ".
+  EXPECT_EQ(slm::status(errc::cancelled, std::string()).with_context("mamba3").message(), "mamba3: cancelled");
+}
+
 TEST(Cancellation, FirstChunkCancelsWithConcurrencyOne) {
   slm::thread_pool pool = make_pool(1);
   slm::serial_executor serial;
@@ -250,6 +272,27 @@ TEST(ExecutorRef, WrapsAHostPool) {
   slm::executor_ref ref(host);
   EXPECT_EQ(ref.concurrency(), 3u);
   EXPECT_EQ(observed_chunks(ref, 0, 10, 1), (std::vector<index_range>{{0, 4}, {4, 7}, {7, 10}}));
+}
+
+// A pool shared through a const reference runs work (issue 18): run() is const, and an
+// executor_ref (so a compute_context) takes a const pool.
+TEST(ExecutorRef, TakesAConstPool) {
+  static_assert(slm::executor<const slm::thread_pool>);
+  static_assert(std::is_constructible_v<slm::executor_ref, const slm::thread_pool&>);
+  const slm::thread_pool pool = make_pool(3);
+  const slm::thread_pool& shared = pool;
+  std::vector<int> v(100, 1);
+  auto twice = [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) v[i] *= 2;
+  };
+  ASSERT_TRUE(slm::parallel_for(shared, 0, v.size(), 1, twice).ok());
+  slm::executor_ref ref(shared);
+  EXPECT_EQ(ref.concurrency(), 3u);
+  ASSERT_TRUE(slm::parallel_for(ref, 0, v.size(), 1, twice).ok());
+  std::atomic<int> runs{0};
+  shared.run(5, [&](std::size_t) { runs.fetch_add(1); });
+  EXPECT_EQ(runs.load(), 5);
+  for (int x : v) EXPECT_EQ(x, 4);
 }
 
 TEST(FunctionRef, CallsLambdasAndFunctions) {

@@ -255,6 +255,57 @@ TEST(Tokenizer, FindsSpecialAndFimTokens) {
   EXPECT_EQ(std::count(tricky->begin(), tricky->end(), 5), 1);
 }
 
+// fim_prompt's default order is the model's own when tokenizer_config.json states one
+// ("fim_order"), PSM otherwise (issue 18: the bundled model, fine-tuned for SPM, got PSM).
+TEST(Tokenizer, FimOrderDefaultsToTheModelsOwn) {
+  auto order_of = [](const std::vector<std::int32_t>& ids) {  // <FIM_PREFIX> then <FIM_SUFFIX>: SPM
+    return ids.size() > 1 && ids[1] == 6 ? slm::fim_order::spm : slm::fim_order::psm;
+  };
+  slm_test::temp_dir d("fim");
+  std::filesystem::copy_file(data_dir / "nam56r_cpp/tokenizer.json", d / "tokenizer.json");
+  {  // no tokenizer_config.json: PSM
+    auto tok = slm::tokenizer::load_dir(d.path());
+    ASSERT_TRUE(tok.ok()) << tok.error().message();
+    EXPECT_FALSE(tok->fim_preference().has_value());
+    auto p = slm::fim_prompt(*tok, "int f() {", "}\n");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(order_of(*p), slm::fim_order::psm);
+  }
+  for (const char* stated : {"spm", "psm"}) {
+    ASSERT_TRUE(slm_test::write_file(d / "tokenizer_config.json", slm::cat(R"({"fim_order": ")", stated, R"("})")));
+    auto tok = slm::tokenizer::load_dir(d.path());
+    ASSERT_TRUE(tok.ok()) << tok.error().message();
+    const slm::fim_order want = std::string_view(stated) == "spm" ? slm::fim_order::spm : slm::fim_order::psm;
+    ASSERT_TRUE(tok->fim_preference().has_value());
+    EXPECT_EQ(*tok->fim_preference(), want);
+    auto p = slm::fim_prompt(*tok, "int f() {", "}\n");
+    ASSERT_TRUE(p.ok());
+    EXPECT_EQ(order_of(*p), want) << stated;
+    // An explicit order still wins.
+    const slm::fim_order other = want == slm::fim_order::spm ? slm::fim_order::psm : slm::fim_order::spm;
+    auto q = slm::fim_prompt(*tok, "int f() {", "}\n", other);
+    ASSERT_TRUE(q.ok());
+    EXPECT_EQ(order_of(*q), other);
+  }
+  for (const char* bad : {R"({"fim_order": "pms"})", R"({"fim_order": 1})"}) {
+    ASSERT_TRUE(slm_test::write_file(d / "tokenizer_config.json", bad));
+    EXPECT_TRUE(slm_test::fails_with(slm::tokenizer::load_dir(d.path()), slm::errc::format_error,
+                           {"tokenizer_config.json", "fim_order", "psm", "spm"}))
+        << bad;
+  }
+  // The bundled model states the order it was fine-tuned for.
+  auto bundled = slm::tokenizer::load_dir(std::filesystem::path(SLM_MODELS_DIR) / "nam56r-cpp-14m");
+  ASSERT_TRUE(bundled.ok()) << bundled.error().message();
+  ASSERT_TRUE(bundled->fim_preference().has_value());
+  EXPECT_EQ(bundled->specials().bos, 2);  // a config naming no special tokens changes none
+  EXPECT_EQ(bundled->specials().eos, 3);
+  EXPECT_EQ(bundled->specials().fim_suffix, 6);
+  EXPECT_EQ(*bundled->fim_preference(), slm::fim_order::spm);
+  auto b = slm::fim_prompt(*bundled, "int f() {", "}\n");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(order_of(*b), slm::fim_order::spm);
+}
+
 TEST(Tokenizer, PostProcessorAddsBosOnRequest) {
   const std::string json = R"({"model": {"type": "BPE", "vocab": {"<s>": 0, "a": 1, "b": 2, "ab": 3}, "merges": ["a b"]},
     "added_tokens": [{"id": 0, "content": "<s>", "special": true}],

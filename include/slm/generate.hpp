@@ -391,10 +391,11 @@ status generator<Session>::load(const std::filesystem::path& path) {
 
 // Fill-in-the-middle prompt in PSM order (prefix, suffix, then the model writes the
 // middle): <fim_prefix> prefix <fim_suffix> suffix <fim_middle>, with the tokenizer's own
-// FIM tokens; SPM order puts the suffix first. An error when the tokenizer has no FIM tokens.
-enum class fim_order : std::uint8_t { psm, spm };
+// FIM tokens; SPM order puts the suffix first. Without an order, the model's own
+// (tok.fim_preference(): tokenizer_config.json's "fim_order"), else PSM. An error when the
+// tokenizer has no FIM tokens.
 result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
-                                             fim_order order = fim_order::psm, bool bos = false);
+                                             std::optional<fim_order> order = std::nullopt, bool bos = false);
 
 #if SLM_DEFINE_TEXT
 
@@ -522,7 +523,8 @@ SLM_INLINE result<generator_file::parts> generator_file::parse(std::span<const s
 }
 
 SLM_INLINE result<std::vector<std::int32_t>> fim_prompt(const tokenizer& tok, std::string_view prefix, std::string_view suffix,
-                                                        fim_order order, bool bos) {
+                                                        std::optional<fim_order> requested, bool bos) {
+  const fim_order order = requested ? *requested : tok.fim_preference().value_or(fim_order::psm);
   const special_token_ids& sp = tok.specials();
   if (sp.fim_prefix < 0 || sp.fim_middle < 0 || sp.fim_suffix < 0)
     return make_error(errc::unsupported, "fill-in-the-middle: the tokenizer has no FIM prefix/suffix/middle tokens");

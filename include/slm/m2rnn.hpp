@@ -311,7 +311,7 @@ SLM_INLINE status m2rnn_mixer::forward_reference(const float* x, std::size_t T, 
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
   SLM_TRY(check_state(st));
-  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, "cancelled");
   const std::size_t H = cfg.heads(), Kc = cfg.conv_kernel, Kt = cfg.conv_tail();
   const std::size_t cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), hv = cfg.hv();
   SLM_TRY(ws.proj.resize(T * (dip + cd + H + hv)));
@@ -582,7 +582,7 @@ SLM_INLINE status m2rnn_mixer::run(const float* x, std::size_t T, float* y, cons
   if (T == 0) return {};
   if (!x || !y) return make_error(errc::invalid_argument, "m2rnn: null input or output");
   SLM_TRY(check_state(in));
-  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, "cancelled");
   const std::size_t d = cfg.d_model, H = cfg.heads(), Kc = cfg.conv_kernel, Kt = cfg.conv_tail();
   const std::size_t cd = cfg.conv_dim(), dip = cfg.in_proj_dim(), hv = cfg.hv();
   const std::size_t conv_n = cd * Kt, m_n = H * cfg.k_head_dim * cfg.v_head_dim;
@@ -605,7 +605,7 @@ SLM_INLINE status m2rnn_mixer::run(const float* x, std::size_t T, float* y, cons
 
   for (std::size_t c0 = 0; c0 < T; c0 += L) {
     const std::size_t n = std::min(L, T - c0);
-    if (c0 && cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+    if (c0 && cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, "cancelled between chunks");
     SLM_TRY(in_proj.apply(x + c0 * d, n, zx, cx));  // [n, d] x [d, d_in] -> [n, d_in]
     if (c0 == 0) {
       if (fresh) {

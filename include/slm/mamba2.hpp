@@ -375,7 +375,7 @@ SLM_INLINE status mamba2_mixer::run(const float* x, std::size_t T, float* y, con
   const std::size_t conv_n = cd * K, ssm_n = H * P * N;
   if (in.conv.size() != conv_n || in.ssm.size() != ssm_n)
     return make_error(errc::invalid_argument, "mamba2: the state is not sized for this layer (init_state)");
-  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, "cancelled before the layer ran");
   const std::size_t L = chunk == 0 ? 0 : std::min(chunk, head);
   std::size_t tasks = static_cast<std::size_t>(cx.ex.concurrency());
   tasks = std::max<std::size_t>(1, std::min(tasks, H));

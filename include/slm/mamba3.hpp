@@ -496,7 +496,7 @@ SLM_INLINE status mamba3_mixer::run(const float* x, std::size_t T, float* y, con
   const std::size_t sizes[] = {H * S, H * P * N, R * H * N, H * P};
   if (in.angle.size() != sizes[0] || in.ssm.size() != sizes[1] || in.k.size() != sizes[2] || in.v.size() != sizes[3])
     return make_error(errc::invalid_argument, "mamba3: the state is not sized for this layer (init_state)");
-  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, std::string());
+  if (cx.cancel && cx.cancel->cancelled()) return status(errc::cancelled, "cancelled before the layer ran");
   const std::size_t L = chunk == 0 ? 0 : std::min(chunk, T);
   std::size_t tasks = static_cast<std::size_t>(cx.ex.concurrency());
   tasks = std::max<std::size_t>(1, std::min(tasks, H));

@@ -275,7 +275,7 @@ using any_ffn = ffn_variant<feed_forward, moe_ffn, no_ffn>;
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm = rms_norm_weighted,
           format_constraint Format = format::any>
-class decoder {
+class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
  public:
   struct layer {
     rms_norm input_norm, post_attention_norm;
@@ -321,7 +321,7 @@ class decoder {
     using cache = typename Attention::cache;
 
     explicit session(const decoder& m, session_options o = {})
-        : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
+        : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
       if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20);
     }
     // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
@@ -400,7 +400,7 @@ class decoder {
 
     status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
 
-    const decoder* m_;
+    model_ref<decoder> m_;  // follows the model when it moves
     session_options opt_;
     // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
     // rewritten in place: the weights are no longer the ones loaded, and a truncated

@@ -129,7 +129,7 @@ struct nam56r_config {
   basic_mla_attention<rope_interleaved>::megatron_config mla(bool dsa) const;
 };
 
-class nam56r_model {
+class nam56r_model : public movable_model<nam56r_model> {
  public:
   using attention = basic_mla_attention<rope_interleaved>;
 
@@ -213,7 +213,7 @@ class nam56r_model {
 class nam56r_model::session : public blob_session_state<nam56r_model::session> {
  public:
   explicit session(const nam56r_model& m, session_options o = {})
-      : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
+      : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
     if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_position_embeddings;
   }
   // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
@@ -295,7 +295,7 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
   status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
              const structure_inputs& side, std::size_t hidden_rows, float* hidden);
 
-  const nam56r_model* m_;
+  model_ref<nam56r_model> m_;  // follows the model when it moves
   session_options opt_;
   // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
   // rewritten in place: the weights are no longer the ones loaded, and a truncated

@@ -261,7 +261,7 @@ struct nanochat_config {
   status derive();
 };
 
-class nanochat_model {
+class nanochat_model : public movable_model<nanochat_model> {
  public:
   using mixer = nanochat_config::mixer;
 
@@ -337,7 +337,7 @@ class nanochat_model::session : public blob_session_state<nanochat_model::sessio
 
  public:
   explicit session(const nanochat_model& m, session_options o = {})
-      : m_(&m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
+      : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
     // nanochat precomputes RoPE for 10 x sequence_len positions and asserts beyond.
     if (opt_.max_tokens == 0) opt_.max_tokens = 10 * m.cfg_.sequence_len;
   }
@@ -376,7 +376,7 @@ class nanochat_model::session : public blob_session_state<nanochat_model::sessio
   status write_records(state_writer& w, const sequence& s) const;
   status load_impl(std::span<const std::byte> bytes);
 
-  const nanochat_model* m_;
+  model_ref<nanochat_model> m_;  // follows the model when it moves
   session_options opt_;
   // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
   // rewritten in place: the weights are no longer the ones loaded, and a truncated

@@ -73,7 +73,7 @@ class cancellation {
 
 // For long operations: `SLM_TRY(check_cancelled(cancel));` between steps.
 inline status check_cancelled(const cancellation* c) noexcept {
-  if (c && c->cancelled()) return status(errc::cancelled, std::string());
+  if (c && c->cancelled()) return status(errc::cancelled, "cancelled");
   return ok_status();
 }
 
@@ -170,19 +170,26 @@ struct openmp_executor {
 
 // A type-erased reference to any executor, so non-template code (the config-driven
 // runtime) can take the host's pool. It does not own the executor; keep that alive.
+// A const executor is referenced when its run() is const (thread_pool's is: a pool
+// shared through a const reference still runs work); obj_ drops the const only to be
+// stored and is cast back to E* (const E* for a const E) before any use.
 class executor_ref {
  public:
   template <class E>
-    requires(!std::is_same_v<E, executor_ref> && !std::is_const_v<E> && executor<E>)
+    requires(!std::is_same_v<std::remove_const_t<E>, executor_ref> && executor<E>)
   executor_ref(E& e) noexcept  // NOLINT: implicit, like a reference
-      : obj_(std::addressof(e)),
+      : obj_(const_cast<void*>(static_cast<const void*>(std::addressof(e)))),
         concurrency_([](const void* o) noexcept -> std::size_t {
           return static_cast<std::size_t>(static_cast<const E*>(o)->concurrency());
         }),
         run_([](void* o, std::size_t n, task_ref fn) noexcept { static_cast<E*>(o)->run(n, fn); }) {}
+  // A const temporary would dangle at the end of the full expression.
+  template <class E>
+    requires(!std::is_same_v<std::remove_const_t<E>, executor_ref>)
+  executor_ref(const E&&) = delete;
 
   template <class E>
-    requires(!std::is_same_v<E, executor_ref> && !std::is_const_v<E> && executor<E>)
+    requires(!std::is_same_v<std::remove_const_t<E>, executor_ref> && executor<E>)
   static executor_ref from(E& e) noexcept {
     return executor_ref(e);
   }
@@ -376,8 +383,9 @@ class thread_pool {
 
   std::size_t concurrency() const noexcept { return s_ ? s_->n_threads : 1; }
 
-  // Safe to call from several threads: calls serialize. Does not allocate.
-  void run(std::size_t n_tasks, task_ref fn) noexcept;
+  // Safe to call from several threads: calls serialize. Does not allocate. const: a
+  // pool shared through a const reference runs work too (its state is synchronized).
+  void run(std::size_t n_tasks, task_ref fn) const noexcept;
 
  private:
   // The caller of a run() in progress calling run() again from a task: locking
@@ -390,6 +398,9 @@ class thread_pool {
 };
 
 static_assert(executor<thread_pool>);
+static_assert(executor<const thread_pool>);
+static_assert(std::is_constructible_v<executor_ref, const thread_pool&>);
+static_assert(!std::is_constructible_v<executor_ref, const thread_pool&&>);
 #ifdef SLM_USE_OPENMP
 static_assert(executor<openmp_executor>);
 #endif
@@ -443,7 +454,7 @@ template <class E, class F>
   requires executor<std::remove_reference_t<E>> && std::invocable<F&, std::size_t>
 status parallel_for_chunks(E&& ex, std::size_t n_chunks, F&& body, const cancellation* cancel = nullptr) {
   if (n_chunks == 0) return ok_status();
-  if (cancel && cancel->cancelled()) return status(errc::cancelled, std::string());
+  if (cancel && cancel->cancelled()) return status(errc::cancelled, "cancelled");
   if (n_chunks == 1) {  // nothing to share: skip the executor's dispatch cost
     body(std::size_t{0});
     return ok_status();
@@ -457,7 +468,7 @@ status parallel_for_chunks(E&& ex, std::size_t n_chunks, F&& body, const cancell
     body(c);
   };
   ex.run(n_chunks, task_ref(task));
-  if (skipped.load(std::memory_order_relaxed)) return status(errc::cancelled, std::string());
+  if (skipped.load(std::memory_order_relaxed)) return status(errc::cancelled, "cancelled");
   return ok_status();
 }
 
@@ -609,7 +620,7 @@ SLM_INLINE result<thread_pool> thread_pool::create(std::size_t n_threads) {
   return pool;
 }
 
-SLM_INLINE void thread_pool::run(std::size_t n_tasks, task_ref fn) noexcept {
+SLM_INLINE void thread_pool::run(std::size_t n_tasks, task_ref fn) const noexcept {
   if (n_tasks == 0) return;
   detail::pool_state* s = s_.get();
   if (!s || n_tasks == 1 || nested(*s)) {

@@ -5,6 +5,8 @@
 #include "slm/build_mode.hpp"
 
 #include <cstddef>
+#include <memory>
+#include <new>
 
 #include "slm/attention.hpp"  // kv_dtype
 #include "slm/mla.hpp"        // mla_mode
@@ -21,6 +23,54 @@ struct session_options {
   // copies of each recurrent layer's state; 0 keeps one level of undo (a failed call
   // leaves the session unchanged). At most recurrent_cache<>::max_rollback_tokens.
   std::size_t rollback_tokens = 0;
+};
+
+// A model that its sessions follow when it moves. A session keeps a pointer to its model;
+// a model returned by value, kept in a vector or moved into a host's member would leave
+// that pointer at the moved-from object. So the model's address lives in a small heap
+// cell that moves with the model (a move re-points it), and a session reaches its model
+// through the cell (model_ref). A model must still outlive its sessions, and assigning
+// over a model ends its old sessions as destroying it does.
+template <class M>
+class movable_model {
+ public:
+  movable_model(const movable_model&) = delete;
+  movable_model& operator=(const movable_model&) = delete;
+
+ protected:
+  movable_model() noexcept : home_(new (std::nothrow) const M*(self())) {}
+  movable_model(movable_model&& o) noexcept : home_(std::move(o.home_)) { repoint(); }
+  movable_model& operator=(movable_model&& o) noexcept {
+    home_ = std::move(o.home_);
+    repoint();
+    return *this;
+  }
+  ~movable_model() = default;
+
+ private:
+  template <class>
+  friend class model_ref;
+  // Only the address is taken here (during M's construction too), never dereferenced.
+  const M* self() const noexcept { return static_cast<const M*>(this); }
+  void repoint() noexcept {
+    if (home_) *home_ = self();
+  }
+  std::unique_ptr<const M*> home_;  // null when moved from, or if 8 bytes could not be had
+};
+
+// What a session holds: its model, wherever that model has moved since.
+template <class M>
+class model_ref {
+ public:
+  explicit model_ref(const M& m) noexcept
+      : home_(static_cast<const movable_model<M>&>(m).home_.get()), direct_(&m) {}
+  const M* get() const noexcept { return home_ ? *home_ : direct_; }
+  const M* operator->() const noexcept { return get(); }
+  const M& operator*() const noexcept { return *get(); }
+
+ private:
+  const M* const* home_;
+  const M* direct_;  // without a cell (its allocation failed): the model as it was
 };
 
 }  // namespace slm

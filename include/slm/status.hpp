@@ -95,9 +95,10 @@ class [[nodiscard]] status {
     return message_.empty() ? std::string(slm::to_string(code_)) : message_;
   }
 
-  // Prefix the message with where it happened: "file.safetensors: " + message.
+  // Prefix the message with where it happened: "file.safetensors: " + message. An empty
+  // message becomes the code's name first, so the result never ends in a bare "where: ".
   status& with_context(std::string_view where) & {
-    if (!ok()) message_ = cat(where, ": ", message_);
+    if (!ok()) message_ = cat(where, ": ", message_.empty() ? slm::to_string(code_) : std::string_view(message_));
     return *this;
   }
   status&& with_context(std::string_view where) && { return std::move(with_context(where)); }

@@ -170,6 +170,10 @@ struct special_token_ids {
   std::int32_t fim_prefix = -1, fim_middle = -1, fim_suffix = -1;
 };
 
+// The order of a fill-in-the-middle prompt (fim_prompt in slm/generate.hpp): PSM puts
+// the prefix first, SPM the suffix (then the prefix right before the middle).
+enum class fim_order : std::uint8_t { psm, spm };
+
 struct added_token {
   std::int32_t id = -1;
   std::string content;
@@ -192,7 +196,8 @@ class tokenizer {
   static result<tokenizer> load(const std::filesystem::path& file);
 
   // A model directory: tokenizer.json, and tokenizer_config.json when present (its
-  // bos_token / eos_token / pad_token / unk_token name the special tokens).
+  // bos_token / eos_token / pad_token / unk_token name the special tokens; fim_order,
+  // "psm" or "spm", the model's FIM order: fim_preference()).
   static result<tokenizer> load_dir(const std::filesystem::path& dir);
 
   static result<tokenizer> parse(std::string_view json_text);
@@ -237,6 +242,10 @@ class tokenizer {
   std::span<const added_token> added_tokens() const noexcept { return added_; }
   const special_token_ids& specials() const noexcept { return specials_; }
   special_token_ids& specials() noexcept { return specials_; }
+  // The FIM order the model was trained for, when its files state one: "fim_order"
+  // ("psm" or "spm") in tokenizer_config.json (load_dir). fim_prompt's default.
+  std::optional<fim_order> fim_preference() const noexcept { return fim_preference_; }
+  void set_fim_preference(std::optional<fim_order> o) noexcept { fim_preference_ = o; }
   std::size_t merge_count() const noexcept { return merges_.size(); }
   bool byte_level() const noexcept { return byte_mode_; }
   std::string_view continuing_subword_prefix() const noexcept { return prefix_; }
@@ -375,6 +384,7 @@ class tokenizer {
   std::vector<added_token> added_;
   text::literal_set raw_added_, normalized_added_;
   special_token_ids specials_;
+  std::optional<fim_order> fim_preference_;
   std::uint64_t fingerprint_ = 1;
   std::string normalizer_names_, pre_names_, decoder_names_;
 };
@@ -527,6 +537,17 @@ SLM_INLINE result<tokenizer> tokenizer::load_dir(const std::filesystem::path& di
     pick("eos_token", t->specials_.eos);
     pick("pad_token", t->specials_.pad);
     pick("unk_token", t->specials_.unk);
+    if (const json::value& fo = (*cfg)["fim_order"]; !fo.is_null()) {
+      const std::string_view o = fo.is_string() ? fo.as_string() : std::string_view();
+      if (o == "psm") {
+        t->fim_preference_ = fim_order::psm;
+      } else if (o == "spm") {
+        t->fim_preference_ = fim_order::spm;
+      } else {
+        return make_error(errc::format_error, (dir / "tokenizer_config.json").string(),
+                          ": \"fim_order\" must be \"psm\" or \"spm\"");
+      }
+    }
   }
   return t;
 }

@@ -69,3 +69,25 @@ if(PKG_CONFIG)
   run(${CXX} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc_compiled ${cflags})
   run(${WORK_DIR}/consumer_pc_compiled)
 endif()
+
+# The README's install route needs no build: `cmake -S . -B build` then `cmake --install
+# build --prefix P` installs the headers and a header-only package even though neither
+# the CLI nor libslm.a was built (issue 18: it failed, "cannot find bin/slm"). A few
+# seconds: one configure, no compilation.
+set(plain ${WORK_DIR}/plain)
+run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${plain} -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX}
+    -DSLM_BUILD_TESTS=OFF -DSLM_BUILD_BENCH=OFF)
+run(${CMAKE_COMMAND} --install ${plain} --prefix ${plain}-prefix)
+foreach(f include/slm/slm.hpp include/slm/generate.hpp share/cmake/slm/slmConfig.cmake
+          share/cmake/slm/slmConfigVersion.cmake share/cmake/slm/slmTargets.cmake share/pkgconfig/slm.pc)
+  if(NOT EXISTS ${plain}-prefix/${f})
+    message(FATAL_ERROR "the install after a plain configure lacks ${f}")
+  endif()
+endforeach()
+# Nothing names the unbuilt library: find_package and pkg-config see a header-only slm.
+foreach(f share/cmake/slm/slmCompiledTargets.cmake share/pkgconfig/slm-compiled.pc)
+  if(EXISTS ${plain}-prefix/${f})
+    message(FATAL_ERROR "the install after a plain configure has ${f}, naming a libslm.a never built")
+  endif()
+endforeach()
+message(STATUS "plain configure: header-only install")
