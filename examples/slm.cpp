@@ -1,7 +1,7 @@
 // slm - the command-line front end of the slm library.
 //
 //   slm inspect --model DIR|FILE.safetensors [--no-tensors]
-//   slm logits --model DIR --ids ID,... --out FILE.safetensors [--mode full|incremental] [--prefill P]
+//   slm logits --model DIR --ids ID,... --out FILE.safetensors [--mode full|incremental] [--prefill P] [--ctx N]
 //              [--kv f32|bf16] [--mla auto|expanded|absorbed] [--act f32|bf16|int8] [--threads N]
 //   slm run --model DIR (--prompt TEXT | --prompt-ids ID,... | --fim-prefix TEXT --fim-suffix TEXT)
 //           [-n N] [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S] [--stream] [--stop STR]...
@@ -396,6 +396,8 @@ int cmd_logits(const args& a) {
   if (*prefill > T) return usage_error(slm::cat("--prefill ", *prefill, " exceeds the ", T, " ids given"));
   auto opt = parse_run_options(a);
   if (!opt.ok()) return usage_error(opt.error().message());
+  if (auto ctx = parse_count(a, "ctx", 0); !ctx.ok()) return usage_error(ctx.error().message());
+  else if (*ctx) opt->session.max_tokens = *ctx;  // a context limit, as slm run takes it
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
 
@@ -1420,6 +1422,7 @@ constexpr std::string_view options_help =
     "                     P..T-1 from feeding the rest one id at a time through the KV cache\n"
     "                     (the layout of logits_full / logits_incremental in the golden files)\n"
     "  --prefill P        incremental mode: ids in the first forward (default 1, 1 <= P <= T)\n"
+    "  --ctx N            context limit in tokens (default: the model's); more ids are refused\n"
     "  --kv K             KV cache element type: f32 (default) or bf16\n"
     "  --mla M            MLA form: auto (default: expanded for prompts, absorbed for decode),\n"
     "                     expanded or absorbed\n"

@@ -354,8 +354,11 @@ TEST(EnsembleRegistry, TokenizerIsSharedThroughSymlinks) {
   EXPECT_EQ(reg->stats().resident_bytes, z.w[0] + z.w[1] + z.w[2] + z.tok);  // the tokenizer once
   EXPECT_TRUE(fails_with(reg->acquire("rust"), errc::not_found, {"no member is called 'rust'"}));
   EXPECT_TRUE(fails_with(reg->acquire(7), errc::out_of_range, {"member index 7"}));
-  // An explicit tokenizer path naming the same file is the same tokenizer.
+  // Explicit tokenizer paths naming the same file (one through a symlink) are the same
+  // tokenizer. (A directory's tokenizer also reads its tokenizer_config.json, so it is
+  // not the same as the file named alone: both members name the file here.)
   auto m = demo_members();
+  m[0].tokenizer = models / "nam56r-cpp-14m/tokenizer.json";
   m[2].tokenizer = models / "nam56r-cmake-10m/tokenizer.json";
   auto reg2 = registry::create(m, 0);
   ASSERT_TRUE(reg2.ok());
