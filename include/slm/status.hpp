@@ -171,17 +171,33 @@ class [[nodiscard]] result {
 // function if it failed. Works for status and result<T> returns alike.
 // An lvalue is checked in place; a temporary is held by value, so that
 // `SLM_TRY(make().with_context("x"))` (an xvalue into a dying temporary) stays valid.
+// (Through overloads, not decltype((expr)): clang 14 crashes reading a decltype of an
+// expression with a lambda back from a precompiled header.)
 #define SLM_TRY(expr)                                                                 \
   do {                                                                                \
-    typename ::slm::detail::try_hold<decltype((expr))>::type slm_try_status_ = (expr); \
-    if (!slm_try_status_.ok()) return ::slm::detail::as_status(                       \
-        std::forward<decltype(slm_try_status_)>(slm_try_status_));                    \
+    auto slm_try_held_ = ::slm::detail::try_hold(expr);                               \
+    if (!slm_try_held_.get().ok()) return ::slm::detail::as_status(slm_try_held_.get()); \
   } while (0)
 
 namespace slm::detail {
-template <class T> struct try_hold { using type = T; };
-template <class T> struct try_hold<T&> { using type = T&; };
-template <class T> struct try_hold<T&&> { using type = T; };
+// SLM_TRY's operand: a reference to an lvalue, the value of a temporary (moved out of it
+// before the temporary dies). get() gives the lvalue as an lvalue (copied into the error
+// returned), the held value as an rvalue (moved).
+template <class T>
+struct try_held {
+  T value;
+  T&& get() noexcept { return static_cast<T&&>(value); }
+};
+template <class T>
+struct try_held<T&> {
+  T* ptr;
+  T& get() noexcept { return *ptr; }
+};
+template <class T>
+try_held<T&> try_hold(T& v) noexcept { return {&v}; }
+template <class T>
+  requires(!std::is_lvalue_reference_v<T>)
+try_held<std::remove_cvref_t<T>> try_hold(T&& v) { return {static_cast<T&&>(v)}; }
 inline status as_status(const status& s) { return s; }
 inline status as_status(status&& s) { return std::move(s); }
 template <class T>
