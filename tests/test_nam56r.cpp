@@ -1199,6 +1199,39 @@ TEST(Nam56r, ConfigAndTensorsMustAgree) {
   EXPECT_TRUE(slm_test::fails_with(
       load(m, edit(m.config, "\"mtp_num_layers\"", "\"attention_layers_without_input_norm\": [1], \"mtp_num_layers\"")),
       slm::errc::invalid_argument, {"attention_layers_without_input_norm", "layer 1"}));
+  // MTP depths the same way, under their own key (the converter's --missing-mla-norm none
+  // leaves MTP attention layers bare too); a bare depth drafts, fed unnormalized
+  {
+    const std::string mtp_norm = "mtp.layers.1.mtp_model_layer.layers.0.input_layernorm.weight";
+    const generated bare_mtp = generate(g, 7, {mtp_norm});
+    EXPECT_TRUE(slm_test::fails_with(load(bare_mtp, bare_mtp.config), slm::errc::not_found,
+                                     {mtp_norm, "mtp_attention_layers_without_input_norm"}));
+    const std::string declared_mtp =
+        edit(m.config, "\"mtp_num_layers\"", "\"mtp_attention_layers_without_input_norm\": [1], \"mtp_num_layers\"");
+    auto ok = load(bare_mtp, declared_mtp);
+    ASSERT_TRUE(ok.ok()) << ok.error().message();
+    slm::compute_context cx{slm_test::the_pools().p2};
+    auto s = ok->new_session();
+    const std::size_t V = ok->vocab();
+    std::vector<float> row(V), drafts(2 * V);
+    const std::vector<std::int32_t> ids = {3, 5, 7, 9}, next = {11, 13};
+    ASSERT_TRUE(s.forward(ids, 1, row.data(), cx).ok());
+    ASSERT_TRUE(s.draft(next, drafts.data(), cx).ok());
+    for (float v : drafts) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_TRUE(slm_test::fails_with(load(m, declared_mtp), slm::errc::format_error, {"tensor '" + mtp_norm + "'"}));
+    EXPECT_TRUE(slm_test::fails_with(
+        load(m, edit(m.config, "\"mtp_num_layers\"", "\"mtp_attention_layers_without_input_norm\": [2], \"mtp_num_layers\"")),
+        slm::errc::invalid_argument, {"mtp_attention_layers_without_input_norm", "MTP depth 2"}));
+  }
+  // a router bias: Megatron's router has none; it was read and silently dropped
+  {
+    const fs::path dir = temp_dir("router_bias");
+    write_dir(dir, m);
+    ASSERT_TRUE(slm_test::rewrite_safetensors(dir / "model.safetensors", {}, {}, {"decoder.layers.1.mlp.router.bias"}));
+    EXPECT_TRUE(slm_test::fails_with(nam56r_model::load(dir), slm::errc::format_error,
+                                     {"decoder.layers.1.mlp.router.bias"}));
+    fs::remove_all(dir);
+  }
   // a norm stored as an integer type
   {
     const fs::path dir = temp_dir("int_norm");

@@ -147,10 +147,15 @@ struct basic_moe_ffn {
     m.top_k = c.top_k;
     m.norm_topk_prob = true;
     m.router = c.sigmoid ? router_kind::sigmoid_grouped : router_kind::softmax_topk;
+    // Megatron's router has no bias parameter: a stored one is some other layout, and
+    // dropping it silently would change the routing.
+    if (ck.find(prefix + ".router.bias"))
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", prefix,
+                        ".router.bias' exists, but a Megatron MoE router has no bias (expert_bias is the selection "
+                        "bias of sigmoid routing)");
     auto g = load_linear(ck, prefix + ".router", E, d);
     if (!g.ok()) return std::move(g).take_error();
     m.gate = std::move(*g);
-    m.gate.bias = {};  // a router has no bias; expert_bias is a selection bias, read below
     const std::string bias_name = prefix + ".router.expert_bias";
     if (c.sigmoid) {
       auto b = load_vector(ck, bias_name, E);

@@ -4,7 +4,7 @@
 //
 //   h0 = E[x] + NGram(x) (+ Struct(side), absent side inputs = 0)
 //   per layer L (plan_nam56r_layers), one pre-norm residual sublayer h += F(h):
-//     A  MLA or DSA-MLA(RMSNorm_input_layernorm(h))   (no norm when the tensor is absent)
+//     A  MLA or DSA-MLA(RMSNorm_input_layernorm(h))   (no norm on layers config.json lists as bare)
 //     E  MoE(RMSNorm_pre_mlp_layernorm(h))
 //     M  Mamba3(RMSNorm_pre_norm(RMSNorm_norm(h)))    (two norms, two weights)
 //     R  M2RNN(RMSNorm_norm(h))
@@ -100,6 +100,9 @@ struct nam56r_config {
   // converter's --missing-mla-norm none leaves MLA layers without one. Declared, never
   // inferred from a missing tensor: a norm weight lost from any other layer is an error.
   std::vector<std::size_t> attention_layers_without_input_norm;
+  // The same for MTP depths (0-based k of mtp.layers.k): their attention layer stored
+  // without its input norm (the converter's --missing-mla-norm none).
+  std::vector<std::size_t> mtp_attention_layers_without_input_norm;
   std::size_t mtp_num_layers = 0;
   double layernorm_epsilon = 1e-5;
   std::size_t max_position_embeddings = 0, ffn_hidden_size = 0;
@@ -398,6 +401,7 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
     }
   }
   SLM_TRY(list("attention_layers_without_input_norm", c.attention_layers_without_input_norm, false));
+  SLM_TRY(list("mtp_attention_layers_without_input_norm", c.mtp_attention_layers_without_input_norm, false));
   SLM_TRY(size("mtp_num_layers", c.mtp_num_layers));
   SLM_TRY(number("layernorm_epsilon", c.layernorm_epsilon, true));
   if (!(c.layernorm_epsilon > 0))
@@ -491,6 +495,10 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
                               c.plan.layers[i].kind != nam56r_layer_kind::dsa))
       return make_error(errc::invalid_argument, "NAM56R config.json: \"attention_layers_without_input_norm\" names layer ",
                         i, ", which is not an attention layer of the main stack");
+  for (std::size_t k : c.mtp_attention_layers_without_input_norm)
+    if (k >= c.mtp_num_layers)
+      return make_error(errc::invalid_argument, "NAM56R config.json: \"mtp_attention_layers_without_input_norm\" names "
+                        "MTP depth ", k, " of mtp_num_layers ", c.mtp_num_layers);
   // Sizes each present kind needs.
   std::size_t n_dsa = 0, n_moe = 0, n_mamba = 0, n_m2rnn = 0;
   for (const nam56r_layer& l : c.plan.layers) {
@@ -783,7 +791,16 @@ SLM_INLINE status nam56r_model::load_weights() {
     auto eh = load_linear(ck, p + ".eh_proj", d, 2 * d);
     if (!eh.ok()) return std::move(eh).take_error();
     t.eh_proj = std::move(*eh);
-    SLM_TRY(load_attn(t.attn, p + ".mtp_model_layer.layers.0", false, true));
+    {  // as the main stack: no input norm only where config.json declares it
+      const std::string a = p + ".mtp_model_layer.layers.0";
+      const auto& bare = cfg_.mtp_attention_layers_without_input_norm;
+      const bool declared_bare = std::find(bare.begin(), bare.end(), k) != bare.end();
+      if (!declared_bare && !ck.find(a + ".input_layernorm.weight"))
+        return make_error(errc::not_found, ck.dir().string(), ": no tensor named '", a,
+                          ".input_layernorm.weight' (an MTP attention layer stored without its input norm must be "
+                          "listed in config.json's \"mtp_attention_layers_without_input_norm\")");
+      SLM_TRY(load_attn(t.attn, a, false, !declared_bare));
+    }
     const std::string mlp = p + ".mtp_model_layer.layers.1.mlp";
     SLM_TRY(norm_of(t.mlp_norm, mlp + ".linear_fc1.layer_norm_weight"));
     auto f = feed_forward::load_plain(ck, mlp + ".linear_fc1", mlp + ".linear_fc2", d, cfg_.ffn_hidden_size,
@@ -1125,8 +1142,12 @@ SLM_INLINE status nam56r_model::session::sublayers(const mtp_depth& md, std::siz
                                                    compute_context& cx) {
   const std::size_t d = m_->cfg_.hidden_size;
   SLM_TRY(xn_.resize(T * d));
-  md.attn.norm.apply(h_.data(), T, d, d, xn_.data(), d);
-  SLM_TRY(md.attn.attn.forward(xn_.data(), T, y_.data(), kc, ws_.proj, ws_.attn, ws_.index, cx, opt_.mla));
+  const float* in = h_.data();
+  if (md.attn.has_norm) {  // else declared bare (mtp_attention_layers_without_input_norm)
+    md.attn.norm.apply(h_.data(), T, d, d, xn_.data(), d);
+    in = xn_.data();
+  }
+  SLM_TRY(md.attn.attn.forward(in, T, y_.data(), kc, ws_.proj, ws_.attn, ws_.index, cx, opt_.mla));
   for (std::size_t i = 0; i < T * d; ++i) h_[i] += y_[i];
   md.mlp_norm.apply(h_.data(), T, d, d, xn_.data(), d);
   SLM_TRY(md.mlp.forward(xn_.data(), T, y_.data(), ws_.ffn, cx));  // [T, d] -> [T, d]

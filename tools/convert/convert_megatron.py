@@ -786,7 +786,7 @@ def check_tensors(state, cfg, kinds, flags, report):
     d = cfg["hidden_size"]
     # main-stack attention layers written without an input norm: declared in config.json,
     # since the loader never takes a missing norm tensor to mean "no norm"
-    bare = []
+    bare, mtp_bare = [], []  # main-stack layers, MTP depths
     # unit input norms for MLA layers that lost theirs (fused run saved by a dropping writer)
     for name in list(opt):
         if not name.endswith("input_layernorm.weight") or name in state:
@@ -809,8 +809,12 @@ def check_tensors(state, cfg, kinds, flags, report):
                         "unnormalized" % layer)
             if p.startswith("decoder.layers."):
                 bare.append(int(p.split(".")[2]))
+            elif p.startswith("mtp.layers."):
+                mtp_bare.append(int(p.split(".")[2]))
     if bare:
         cfg["attention_layers_without_input_norm"] = sorted(bare)
+    if mtp_bare:
+        cfg["mtp_attention_layers_without_input_norm"] = sorted(mtp_bare)
     if cfg["moe_router_score_function"] == "softmax":
         biased = [n for n in state if n.endswith("mlp.router.expert_bias")]
         if biased:

@@ -383,6 +383,7 @@ class MegatronLegacy(Base):
         expected = {k: v for k, v in sd.items() if not k.endswith("input_layernorm.weight")}
         self.assertConverted(out, expected)
         self.assertEqual(cfg["attention_layers_without_input_norm"], [0, 4])
+        self.assertEqual(cfg["mtp_attention_layers_without_input_norm"], [0, 1])
         self.assertEqual(len(report.warnings), len(MLA_PREFIXES))
 
     def test_split_k_v_up_proj(self):
