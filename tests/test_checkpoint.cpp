@@ -222,15 +222,7 @@ TEST(Checkpoint, FifosAreRefusedWithoutBlocking) {
 
 namespace {
 
-// A copy of the golden Llama in a scratch directory, whose weights the test may change.
-struct llama_copy {
-  slm_test::temp_dir dir{"llama"};
-  llama_copy() {
-    for (const char* f : {"config.json", "model.safetensors"})
-      std::filesystem::copy_file(slm_test::test_data("golden/hf/llama") / f, dir / f);
-  }
-  std::filesystem::path weights() const { return dir / "model.safetensors"; }
-};
+using slm_test::llama_copy;
 
 std::vector<std::byte> tensor_bytes(const slm::checkpoint& ck, std::string_view name) {
   auto t = ck.tensor(name);

@@ -176,6 +176,45 @@ TEST_P(CliRun, GreedyMatchesGolden) {
 INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v32", "nemotron_h"),
                          [](const auto& info) { return std::string(info.param); });
 
+// A nanochat golden (tests/data/golden/nam56r/NAME.{json,safetensors}) as a model
+// directory: config.json from the note's GPTConfig (+ model_type) and the golden's
+// safetensors, whose parameter names are nanochat's own; with the golden's ids and logits.
+struct nanochat_golden_dir {
+  slm_test::temp_dir dir{"nanochat"};
+  slm::json::value config;
+  std::vector<std::int64_t> ids;  // the first T input ids
+  std::vector<float> ref;         // the oracle's no-cache logits, batch element 0: [T, V]
+  std::size_t T = 0, P = 0, V = 0;
+  bool ok = false;
+
+  explicit nanochat_golden_dir(const std::string& name) {
+    const auto golden_file = slm_test::test_data("golden/nam56r/" + name + ".safetensors");
+    auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
+    EXPECT_TRUE(note.ok()) << (note.ok() ? "" : note.error().message());
+    if (!note.ok()) return;
+    config = (*note)["config"]["GPTConfig"];
+    config.set("model_type", slm::json::value(std::string("nanochat")));
+    {
+      std::ofstream f(dir / "config.json");
+      f << slm::json::dump(config);
+    }
+    std::filesystem::copy_file(golden_file, dir / "model.safetensors");
+    auto f = slm::safetensors::file::open(golden_file);
+    EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message());
+    if (!f.ok()) return;
+    const std::vector<float> idx = floats_of(*f, "in/idx");
+    ref = floats_of(*f, "out/logits");
+    T = static_cast<std::size_t>((*note)["config"]["T"].as_int64().value_or(0));
+    P = static_cast<std::size_t>((*note)["config"]["prefill"].as_int64().value_or(0));
+    EXPECT_GT(T, 0u);
+    EXPECT_GE(idx.size(), T);
+    if (T == 0 || idx.size() < T || ref.size() % T != 0) return;
+    V = ref.size() / T;
+    ids.assign(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(T));
+    ok = true;
+  }
+};
+
 // A nanochat-lineage model directory (config.json {"model_type": "nanochat", ...the note's
 // GPTConfig...} + the golden's safetensors, whose parameter names are nanochat's own)
 // runs through the same commands: logits in both modes equal the oracle's no-cache
@@ -184,28 +223,13 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliRun, ::testing::Values("llama", "deepseek_v3
 class CliNanochat : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(CliNanochat, LogitsAndRunMatchGolden) {
-  const std::string name = std::string("nanochat_gpt__") + GetParam();
-  const auto golden_file = slm_test::test_data("golden/nam56r/" + name + ".safetensors");
-  auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
-  ASSERT_TRUE(note.ok()) << note.error().message();
-  slm::json::value config = (*note)["config"]["GPTConfig"];
-  config.set("model_type", slm::json::value(std::string("nanochat")));
-  slm_test::temp_dir dir("nanochat"), tmp("out");
-  {
-    std::ofstream f(dir / "config.json");
-    f << slm::json::dump(config);
-  }
-  std::filesystem::copy_file(golden_file, dir / "model.safetensors");
-  auto f = slm::safetensors::file::open(golden_file);
-  ASSERT_TRUE(f.ok()) << f.error().message();
-  const std::vector<float> idx = floats_of(*f, "in/idx"), ref = floats_of(*f, "out/logits");
-  const std::size_t T = static_cast<std::size_t>((*note)["config"]["T"].as_int64().value_or(0));
-  const std::size_t P = static_cast<std::size_t>((*note)["config"]["prefill"].as_int64().value_or(0));
-  ASSERT_GT(T, 0u);
-  ASSERT_GE(idx.size(), T);
-  ASSERT_EQ(ref.size() % T, 0u);
-  const std::size_t V = ref.size() / T;  // batch element 0 ([1, T, V] or [T, V])
-  std::vector<std::int64_t> ids(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(T));
+  const nanochat_golden_dir g(std::string("nanochat_gpt__") + GetParam());
+  ASSERT_TRUE(g.ok);
+  slm_test::temp_dir tmp("out");
+  const std::vector<float>& ref = g.ref;
+  const std::size_t T = g.T, P = g.P, V = g.V;
+  const auto& ids = g.ids;
+  const auto& dir = g.dir;
   double max_ref = 0;
   for (float x : ref) max_ref = std::max(max_ref, static_cast<double>(std::fabs(x)));
   for (const char* mode : {"full", "incremental"}) {
@@ -239,27 +263,15 @@ INSTANTIATE_TEST_SUITE_P(Golden, CliNanochat, ::testing::Values("plain_gqa_swa",
 // error, 8 of 64 argmax rows wrong.
 TEST(CliNanochatDsa, LogitsFullIsTheNoCacheForward) {
   const std::string name = "nanochat_gpt__engram_mhc_dsa_mtp";
-  const auto golden_file = slm_test::test_data("golden/nam56r/" + name + ".safetensors");
-  auto note = slm::json::parse(read_text(slm_test::test_data("golden/nam56r/" + name + ".json")));
-  ASSERT_TRUE(note.ok()) << note.error().message();
-  slm::json::value config = (*note)["config"]["GPTConfig"];
-  config.set("model_type", slm::json::value(std::string("nanochat")));
+  const nanochat_golden_dir g(name);
+  ASSERT_TRUE(g.ok);
+  const slm::json::value& config = g.config;
   ASSERT_TRUE(config["dsa_enabled"].is_bool() ? config["dsa_enabled"].as_bool() : true);
-  slm_test::temp_dir dir("nanochat_dsa"), tmp("out");
-  {
-    std::ofstream f(dir / "config.json");
-    f << slm::json::dump(config);
-  }
-  std::filesystem::copy_file(golden_file, dir / "model.safetensors");
-  auto f = slm::safetensors::file::open(golden_file);
-  ASSERT_TRUE(f.ok()) << f.error().message();
-  const std::vector<float> idx = floats_of(*f, "in/idx"), ref = floats_of(*f, "out/logits");
-  const std::size_t T = static_cast<std::size_t>((*note)["config"]["T"].as_int64().value_or(0));
-  ASSERT_GT(T, 0u);
-  ASSERT_GE(idx.size(), T);
-  ASSERT_EQ(ref.size() % T, 0u);
-  const std::size_t V = ref.size() / T;
-  std::vector<std::int64_t> ids(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(T));
+  slm_test::temp_dir tmp("out");
+  const std::vector<float>& ref = g.ref;
+  const std::size_t T = g.T, V = g.V;
+  const auto& ids = g.ids;
+  const auto& dir = g.dir;
   const auto out = tmp / "logits.safetensors";
   const cli_result r = run_cli(tmp.path(), "logits --model '" + dir.path().string() + "' --ids " + join(ids, T) +
                                                " --out '" + out.string() + "' --threads 2 --mode full");

@@ -242,4 +242,27 @@ inline std::string byte_tokenizer_json() {
         {"id": 299, "content": "<|fim_suffix|>", "special": true}]})");
 }
 
+// An executor that runs tasks serially and fires a cancellation at its n-th run() call:
+// a cancel arriving from another thread in the middle of a forward, made reproducible.
+struct cancelling_executor {
+  slm::cancellation* cancel;
+  std::size_t fire_at;
+  mutable std::size_t calls = 0;
+  std::size_t concurrency() const noexcept { return 2; }
+  void run(std::size_t n, slm::task_ref fn) const noexcept {
+    if (++calls == fire_at) cancel->cancel();
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+  }
+};
+
+// The golden Llama copied to a scratch directory, whose weight file a test may change.
+struct llama_copy {
+  temp_dir dir{"llama"};
+  llama_copy() {
+    for (const char* f : {"config.json", "model.safetensors"})
+      std::filesystem::copy_file(test_data("golden/hf/llama") / f, dir / f);
+  }
+  std::filesystem::path weights() const { return dir / "model.safetensors"; }
+};
+
 }  // namespace slm_test

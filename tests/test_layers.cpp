@@ -674,18 +674,7 @@ TEST_P(layersSessions, BadInputIsAnErrorAndChangesNothing) {
   EXPECT_EQ(s.position(), 11u);
 }
 
-// An executor that runs tasks serially and fires a cancellation at its n-th run() call:
-// a cancel arriving from another thread in the middle of a forward, made reproducible.
-struct cancelling_executor {
-  slm::cancellation* cancel;
-  std::size_t fire_at;
-  mutable std::size_t calls = 0;
-  std::size_t concurrency() const noexcept { return 2; }
-  void run(std::size_t n, slm::task_ref fn) const noexcept {
-    if (++calls == fire_at) cancel->cancel();
-    for (std::size_t i = 0; i < n; ++i) fn(i);
-  }
-};
+using slm_test::cancelling_executor;
 
 TEST_P(layersSessions, CancelledForwardLeavesNoTrace) {
   const auto want = fresh_logits_of_B(slm_test::the_pools().p2);

@@ -172,15 +172,7 @@ TEST_P(Models, MlaExpandedAndAbsorbedFormsAgree) {
 
 // ---- weights that change on disk while the model runs --------------------------------
 
-// The golden Llama copied to a scratch directory, whose weight file a test may change.
-struct llama_copy {
-  slm_test::temp_dir dir{"llama"};
-  llama_copy() {
-    for (const char* f : {"config.json", "model.safetensors"})
-      std::filesystem::copy_file(slm_test::test_data("golden/hf/llama") / f, dir / f);
-  }
-  std::filesystem::path weights() const { return dir / "model.safetensors"; }
-};
+using slm_test::llama_copy;
 
 // The golden ids' logits [T, V] through a fresh session (empty on error).
 template <class Model>

@@ -368,16 +368,7 @@ TEST(Nam56r, PrefillEqualsStepsAndChunks) {
 // Runs tasks inline and cancels the token at its fire_at-th run() call, so a cancel
 // lands inside whichever layer is running then (issue 18: one inside a Mamba-3 layer
 // said only "mamba3: ").
-struct cancelling_executor {
-  slm::cancellation* cancel;
-  std::size_t fire_at;
-  mutable std::size_t calls = 0;
-  std::size_t concurrency() const noexcept { return 2; }
-  void run(std::size_t n, slm::task_ref fn) const noexcept {
-    if (++calls == fire_at) cancel->cancel();
-    for (std::size_t i = 0; i < n; ++i) fn(i);
-  }
-};
+using slm_test::cancelling_executor;
 
 TEST(Nam56r, EveryCancellationSaysCancelled) {
   const auto& m = small_model();

@@ -38,7 +38,7 @@ class movable_model {
   movable_model& operator=(const movable_model&) = delete;
 
  protected:
-  movable_model() noexcept : home_(new (std::nothrow) const M*(self())) {}
+  movable_model() noexcept : home_(new (std::nothrow) const movable_model*(this)) {}
   movable_model(movable_model&& o) noexcept : home_(std::move(o.home_)) { repoint(); }
   movable_model& operator=(movable_model&& o) noexcept {
     home_ = std::move(o.home_);
@@ -50,12 +50,12 @@ class movable_model {
  private:
   template <class>
   friend class model_ref;
-  // Only the address is taken here (during M's construction too), never dereferenced.
-  const M* self() const noexcept { return static_cast<const M*>(this); }
+  // The cell holds this base's address: constructors run before M's members exist, so
+  // the cast to M waits until a session uses it (model_ref::get), when M is complete.
   void repoint() noexcept {
-    if (home_) *home_ = self();
+    if (home_) *home_ = this;
   }
-  std::unique_ptr<const M*> home_;  // null when moved from, or if 8 bytes could not be had
+  std::unique_ptr<const movable_model*> home_;  // null when moved from, or if 8 bytes could not be had
 };
 
 // What a session holds: its model, wherever that model has moved since.
@@ -64,12 +64,12 @@ class model_ref {
  public:
   explicit model_ref(const M& m) noexcept
       : home_(static_cast<const movable_model<M>&>(m).home_.get()), direct_(&m) {}
-  const M* get() const noexcept { return home_ ? *home_ : direct_; }
+  const M* get() const noexcept { return home_ ? static_cast<const M*>(*home_) : direct_; }
   const M* operator->() const noexcept { return get(); }
   const M& operator*() const noexcept { return *get(); }
 
  private:
-  const M* const* home_;
+  const movable_model<M>* const* home_;
   const M* direct_;  // without a cell (its allocation failed): the model as it was
 };
 
