@@ -451,8 +451,8 @@ TEST(Tokenizer, AddedTokenScanWorkIsIndependentOfTheTokenCount) {
 // transformers gives a BOS, slm gave none). Expected ids by transformers' rule (load_dir's
 // comment): when the config names either flag, or its tokenizer_class is a Llama-family one
 // (add_bos_token defaults to true there), the post-processor becomes "[bos] $A [eos]" with
-// each token present when its flag is true and the config names the token; otherwise the
-// tokenizer.json post-processor stays.
+// each token present when its flag is true and the token is set (by the config, or by the
+// Llama-family class's default); otherwise the tokenizer.json post-processor stays.
 TEST(Tokenizer, AddBosTokenInTokenizerConfigFollowsTransformers) {
   const std::string added = R"("added_tokens": [{"id": 0, "content": "<s>", "special": true}, {"id": 1, "content": "</s>", "special": true}])";
   const std::string model = R"("model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "a": 2, "b": 3, "ab": 4}, "merges": ["a b"]})";
@@ -475,6 +475,7 @@ TEST(Tokenizer, AddBosTokenInTokenizerConfigFollowsTransformers) {
       // A Llama-family class adds the BOS by default; the bos token may be a plain string.
       {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>"})", v{0, 4, 4}},
       {&byte_level_post, R"({"tokenizer_class": "GemmaTokenizer", "bos_token": "<s>"})", v{0, 4, 4}},
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizer"})", v{0, 4, 4}},  // the class's bos_token, "<s>"
       // Another class with no flag keeps tokenizer.json's post-processor...
       {&byte_level_post, R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>"})", v{4, 4}},
       {&bos_template, R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>"})", v{0, 4, 4}},

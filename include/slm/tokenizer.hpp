@@ -1044,23 +1044,35 @@ SLM_INLINE status tokenizer::parse_post(const json::value& v) {
 //    they always rebuild it: LlamaTokenizer(Fast), CodeLlamaTokenizer(Fast), GemmaTokenizer(Fast),
 //    CohereTokenizer(Fast) (in transformers 4 these classes alone honoured the flags, always;
 //    PreTrainedTokenizerFast, GPT2TokenizerFast, Qwen2TokenizerFast and the rest ignored them).
+//    Their bos_token / eos_token default to the class's ("<s>" / "</s>" for Llama) where the
+//    config does not name them.
 // DeepSeek-V3 (LlamaTokenizerFast, add_bos_token true, a ByteLevel post-processor) so gets its
 // BOS. bos_token / eos_token are a string or an AddedToken object {"content": ...}. A token the
 // vocabulary lacks is an error: transformers would add it as a new token, a model's files never
 // need that.
 SLM_INLINE status tokenizer::apply_add_bos_eos(const json::value& cfg) {
+  struct family {
+    std::string_view cls, bos, eos;  // the class and its default bos_token / eos_token
+  };
+  static constexpr family llama_family[] = {{"LlamaTokenizer", "<s>", "</s>"},
+                                            {"CodeLlamaTokenizer", "<s>", "</s>"},
+                                            {"GemmaTokenizer", "<bos>", "<eos>"},
+                                            {"CohereTokenizer", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"}};
   const json::value& klass = cfg["tokenizer_class"];
   const std::string_view cls = klass.is_string() ? klass.as_string() : std::string_view();
-  bool llama_family = false;
-  for (std::string_view c : {"LlamaTokenizer", "CodeLlamaTokenizer", "GemmaTokenizer", "CohereTokenizer"})
-    llama_family = llama_family || cls == c || cls == cat(c, "Fast");
+  const family* fam = nullptr;
+  for (const family& f : llama_family)
+    if (cls == f.cls || cls == cat(f.cls, "Fast")) fam = &f;
   const json::value& add_bos = cfg["add_bos_token"];
   const json::value& add_eos = cfg["add_eos_token"];
-  if (!llama_family && add_bos.is_null() && add_eos.is_null()) return {};
+  if (!fam && add_bos.is_null() && add_eos.is_null()) return {};
   std::vector<template_item> items;
   auto token_item = [&](std::string_view flag, std::string_view key) -> status {
-    const json::value& v = cfg[key];
-    const std::string_view name = v.is_string() ? v.as_string() : v.get_string("content");
+    // The config's token (a string or {"content": ...}; null: none), else the class's default.
+    const json::value* v = cfg.find(key);
+    const std::string_view name = !v ? (fam ? (key == "bos_token" ? fam->bos : fam->eos) : std::string_view())
+                                  : v->is_string() ? v->as_string()
+                                                   : v->get_string("content");
     if (name.empty()) return {};  // no such token: the flag is off
     auto id = find(name);
     if (!id)
@@ -1069,7 +1081,7 @@ SLM_INLINE status tokenizer::apply_add_bos_eos(const json::value& cfg) {
     items.push_back({false, {*id}});
     return {};
   };
-  if (add_bos.is_bool() ? add_bos.as_bool() : llama_family) SLM_TRY(token_item("add_bos_token", "bos_token"));
+  if (add_bos.is_bool() ? add_bos.as_bool() : fam != nullptr) SLM_TRY(token_item("add_bos_token", "bos_token"));
   items.push_back({true, {}});
   if (add_eos.is_bool() && add_eos.as_bool()) SLM_TRY(token_item("add_eos_token", "eos_token"));
   template_ = std::move(items);
