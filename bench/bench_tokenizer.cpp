@@ -5,7 +5,10 @@
 // The read-bandwidth probe of the same run is printed for context (a tokenizer is far
 // from memory-bound: the ratio says how far).
 //
-//   build/bin/bench_tokenizer [--file PATH] [--repeats N]
+//   build/bin/bench_tokenizer [--repeats N] [--file PATH | --many-added]
+//   Then a tokenizer with many added tokens sharing a first byte (the bundled model's plus
+//   6300 `<unusedN>`, as Gemma 3 has): its load time and encode MB/s on ~1 MB of HTML/XML
+//   (--many-added: that case alone).
 //   default text: the concatenation of /usr/include/c++/*/bits/*.h (skipped with a message
 //   when absent); env: SLM_PROBE_MIB (default 1024)
 #include <algorithm>
@@ -13,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,6 +94,77 @@ double best_seconds(int repeats, F&& f) {
   return best;
 }
 
+// ---- Many added tokens sharing a first byte (Gemma 3's ~6300 `<unusedN>`) ----
+
+// `base` (a tokenizer.json) with `n` more added tokens `<unused0>`..`<unusedN-1>` and a few
+// chat markers, ids from `first_id` on, non-special and not normalized (matched on the raw
+// text, as Gemma's are).
+std::string with_many_added_tokens(const std::string& base, std::int32_t first_id, int n) {
+  std::string entries;
+  auto add = [&](const std::string& content) {
+    if (!entries.empty()) entries += ",";
+    entries += "{\"id\":" + std::to_string(first_id++) + ",\"content\":\"" + content +
+               "\",\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,\"special\":false}";
+  };
+  for (int i = 0; i < n; ++i) add("<unused" + std::to_string(i) + ">");
+  for (const char* t : {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"}) add(t);
+  std::string out = base;
+  const std::size_t key = out.find("\"added_tokens\"");
+  const std::size_t open = key == std::string::npos ? key : out.find('[', key);
+  if (open == std::string::npos) return {};
+  const std::size_t next = out.find_first_not_of(" \t\r\n", open + 1);
+  out.insert(open + 1, next != std::string::npos && out[next] == ']' ? entries : entries + ",");
+  return out;
+}
+
+// About `bytes` of HTML/XML-like text: many '<', an occasional added token.
+std::string html_text(std::size_t bytes) {
+  std::string t;
+  for (std::size_t i = 0; t.size() < bytes; ++i) {
+    const std::string k = std::to_string(i);
+    t += "<div class=\"row r" + k + "\" id=\"n" + k + "\"><span title='x'>item " + k + " &lt;" + k +
+         "&gt;</span> <a href=\"/p/" + k + "?q=1&amp;s=2\">link</a><br/></div>\n";
+    if (i % 7 == 0) t += "<?xml version=\"1.0\"?><root><node attr=\"" + k + "\"/><!-- c --></root>\n";
+    if (i % 11 == 0) t += "<start_of_turn>user <unused" + std::to_string(i % 6300) + "> <unused1 <unused12> x<end_of_turn>\n";
+  }
+  return t;
+}
+
+// Load time and encode throughput of the bundled model's tokenizer with 6300 extra added
+// tokens, on ~1 MB of HTML/XML; the plain tokenizer on the same text for reference.
+int many_added_tokens_case(int repeats) {
+  const std::string path = std::string(SLM_BENCH_DATA_DIR) + "/tokenizers/nam56r_cpp/tokenizer.json";
+  auto base_text = slm::read_text_file(path, std::size_t{512} << 20);
+  if (!base_text) return 1;
+  auto base = slm::tokenizer::parse(*base_text);
+  if (!base) return 1;
+  const std::string json = with_many_added_tokens(*base_text, static_cast<std::int32_t>(base->vocab_size()), 6300);
+  const std::string text = html_text(std::size_t{1} << 20);
+  const double mb = static_cast<double>(text.size()) / 1e6;
+  std::optional<slm::tokenizer> many;
+  const double load_s = best_seconds(repeats, [&] {
+    auto t = slm::tokenizer::parse(json);
+    if (!t) std::fprintf(stderr, "error: %s\n", t.error().to_string().c_str());
+    else many = std::move(*t);
+  });
+  if (!many) return 1;
+  const double plain_load_s = best_seconds(repeats, [&] { (void)slm::tokenizer::parse(*base_text); });
+  std::printf("\nmany added tokens: nam56r_cpp + %zu added tokens (6300 <unusedN>), %.2f MB of HTML/XML\n",
+              many->added_tokens().size(), mb);
+  std::printf("%-18s %12s %12s %12s\n", "tokenizer", "load ms", "tokens", "encode MB/s");
+  for (const slm::tokenizer* t : {&*base, &*many}) {
+    slm::encode_scratch scratch;
+    std::vector<std::int32_t> ids;
+    const double encode_s = best_seconds(repeats, [&] {
+      ids.clear();
+      if (auto s = t->encode(text, ids, scratch); !s.ok()) std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
+    });
+    std::printf("%-18s %12.1f %12zu %12.1f\n", t == &*base ? "plain" : "+6300 added",
+                (t == &*base ? plain_load_s : load_s) * 1e3, ids.size(), mb / encode_s);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -99,8 +174,9 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--file" && i + 1 < argc) file = argv[++i];
     else if (a == "--repeats" && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
+    else if (a == "--many-added") return many_added_tokens_case(repeats);
     else {
-      std::fprintf(stderr, "usage: %s [--file PATH] [--repeats N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--repeats N] [--file PATH | --many-added]\n", argv[0]);
       return 2;
     }
   }
@@ -169,5 +245,5 @@ int main(int argc, char** argv) {
       std::printf("%-18s %10zu %12.1f %12zu %12.1f %12.5f\n", name + (name[0] == 'g' ? 7 : 0), pieces, mb / regex_s,
                   ids.size(), enc, enc * 1e6 / read_bw);
   }
-  return 0;
+  return many_added_tokens_case(repeats);
 }

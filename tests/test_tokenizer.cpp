@@ -6,6 +6,8 @@
 // tools/tokenizer/train_tokenizers.py. Exact equality: tokenization is discrete.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <string>
@@ -17,6 +19,7 @@
 #include "slm/generate.hpp"
 #include "slm/json.hpp"
 #include "slm/mapped_file.hpp"
+#include "slm/text_ops.hpp"
 #include "slm/tokenizer.hpp"
 #include "test_helpers.hpp"
 
@@ -316,6 +319,190 @@ TEST(Tokenizer, PostProcessorAddsBosOnRequest) {
   EXPECT_EQ(*tok->encode("abab", {true, true}), (std::vector<std::int32_t>{0, 3, 3}));
   EXPECT_EQ(*tok->encode("abab", {false, true}), (std::vector<std::int32_t>{3, 3}));
   EXPECT_EQ(*tok->decode(std::vector<std::int32_t>{0, 3, 1}), "<s> ab a");  // no decoder: HF joins with spaces
+}
+
+// ---- Many added tokens sharing a first byte (issue 18: Gemma 3's ~6300 `<unusedN>`) ----
+
+namespace {
+
+// `base` (a tokenizer.json) with `n` more added tokens `<unused0>`..`<unusedN-1>` and chat
+// markers, ids from `first_id` on, non-special and not normalized (as bench_tokenizer builds it).
+std::string with_many_added_tokens(const std::string& base, std::int32_t first_id, int n) {
+  std::string entries;
+  auto add = [&](const std::string& content) {
+    if (!entries.empty()) entries += ",";
+    entries += slm::cat(R"({"id":)", first_id++, R"(,"content":")", content,
+                        R"(","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":false})");
+  };
+  for (int i = 0; i < n; ++i) add(slm::cat("<unused", i, ">"));
+  for (const char* t : {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"}) add(t);
+  std::string out = base;
+  const std::size_t open = out.find('[', out.find("\"added_tokens\""));
+  const std::size_t next = out.find_first_not_of(" \t\r\n", open + 1);
+  out.insert(open + 1, out[next] == ']' ? entries : entries + ",");
+  return out;
+}
+
+// HTML/XML-like text with many '<', overlapping prefixes of added tokens and a few whole ones.
+std::string html_like(std::size_t bytes) {
+  std::string t;
+  for (std::size_t i = 0; t.size() < bytes; ++i)
+    t += slm::cat("<div class=\"r", i, "\"><span>", i, " &lt;", i, "&gt;</span><a href=\"/p?q=", i,
+                  "\">x</a><br/></div>\n<unused", i % 7000, "> <unused", i % 13, " <unused1<unused12>> <<unused3>>",
+                  i % 5 == 0 ? "<start_of_turn>user<end_of_turn>" : "<start_of", "\n");
+  return t;
+}
+
+// The leftmost-longest rule, naively: at each position, every added token is compared.
+std::vector<std::int32_t> naive_encode(const slm::tokenizer& plain, std::span<const slm::added_token> added, std::string_view s) {
+  std::vector<std::int32_t> ids;
+  std::array<bool, 256> starts{};  // (only to keep the test fast: positions no token can start at)
+  for (const slm::added_token& a : added) starts[static_cast<unsigned char>(a.content[0])] = true;
+  std::size_t done = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    const slm::added_token* best = nullptr;
+    if (starts[static_cast<unsigned char>(s[i])])
+      for (const slm::added_token& a : added)
+      if (s.substr(i).starts_with(a.content) && (!best || a.content.size() > best->content.size())) best = &a;
+    if (!best) {
+      ++i;
+      continue;
+    }
+    auto piece = plain.encode(s.substr(done, i - done), {false, true});
+    ids.insert(ids.end(), piece->begin(), piece->end());
+    ids.push_back(best->id);
+    i += best->content.size();
+    done = i;
+  }
+  auto piece = plain.encode(s.substr(done), {false, true});
+  ids.insert(ids.end(), piece->begin(), piece->end());
+  return ids;
+}
+
+}  // namespace
+
+TEST(Tokenizer, ManyAddedTokensSharingAFirstByteMatchLeftmostLongest) {
+  auto base_text = slm::read_text_file(data_dir / "nam56r_cpp/tokenizer.json");
+  ASSERT_TRUE(base_text.ok());
+  auto plain = slm::tokenizer::parse(*base_text);
+  ASSERT_TRUE(plain.ok());
+  const auto first = static_cast<std::int32_t>(plain->vocab_size());
+  auto tok = slm::tokenizer::parse(with_many_added_tokens(*base_text, first, 6300));
+  ASSERT_TRUE(tok.ok()) << tok.error().to_string();
+  ASSERT_EQ(tok->added_tokens().size(), plain->added_tokens().size() + 6304);
+  EXPECT_EQ(tok->find("<unused123>"), first + 123);
+  EXPECT_EQ(tok->find("<end_of_image>"), first + 6303);
+  // Overlapping prefixes: the longest whole token at the leftmost position.
+  auto ids = [&](std::string_view s) { return *tok->encode(s, {false, true}); };
+  using v = std::vector<std::int32_t>;
+  EXPECT_EQ(ids("<unused12>"), v{first + 12});
+  EXPECT_EQ(ids("<unused123>"), v{first + 123});
+  EXPECT_EQ(ids("<unused6299><unused0>"), (v{first + 6299, first}));
+  const v prefix = *plain->encode("<unused1", {false, true});  // no added token: the model's ids
+  EXPECT_EQ(ids("<unused1"), prefix);
+  v nested = prefix;
+  nested.push_back(first + 12);
+  EXPECT_EQ(ids("<unused1<unused12>"), nested);
+  for (std::string_view s : {"<unused1<unused12>>", "<<unused3>>", "<unused6300><unused630>", "<start_of<start_of_turn>",
+                             "x<unused99", "<BOS><unused7><EOS>"})
+    EXPECT_EQ(ids(s), naive_encode(*plain, tok->added_tokens(), s)) << s;
+  const std::string page = html_like(8 << 10);
+  EXPECT_EQ(ids(page), naive_encode(*plain, tok->added_tokens(), page));
+}
+
+// The scan's work per position is bounded by the longest token, not by how many tokens share
+// its first byte (the old scan compared all 6300 at every '<'). Counted, not timed.
+TEST(Tokenizer, AddedTokenScanWorkIsIndependentOfTheTokenCount) {
+  slm::text::literal_set set;
+  std::size_t longest = 0;
+  std::vector<std::string> all;
+  for (int i = 0; i < 6300; ++i) all.push_back(slm::cat("<unused", i, ">"));
+  for (const char* t : {"<start_of_turn>", "<end_of_turn>", "<start_of_image>", "<end_of_image>"}) all.push_back(t);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    longest = std::max(longest, all[i].size());
+    set.add(all[i], i);
+  }
+  set.add("<unused5>", 99999);  // a duplicate keeps the first index
+  const std::string page = html_like(16 << 10);
+  std::size_t steps = 0, matches = 0, from = 0;
+  while (true) {
+    auto [at, e] = set.next(page, from, &steps);
+    if (!e) break;
+    // The naive leftmost-longest match from `from`.
+    std::size_t want_at = std::string::npos, want_len = 0;
+    for (std::size_t i = from; i < page.size() && want_at == std::string::npos; ++i)
+      for (const std::string& t : all)  // (every token starts with '<')
+        if (page[i] == '<')
+          if (std::string_view(page).substr(i).starts_with(t) && t.size() > want_len) want_at = i, want_len = t.size();
+    ASSERT_EQ(at, want_at);
+    ASSERT_EQ(e->text.size(), want_len);
+    EXPECT_EQ(e->text, all[e->index]);
+    from = at + e->text.size();
+    ++matches;
+  }
+  EXPECT_GT(matches, 300u);
+  const auto opens = static_cast<std::size_t>(std::count(page.begin(), page.end(), '<'));
+  EXPECT_LE(steps, opens * longest);  // the old scan: ~6300 comparisons per '<'
+  EXPECT_EQ(set.next("<unused5>", 0).second->index, 5u);
+}
+
+// tokenizer_config.json's add_bos_token / add_eos_token as transformers applies them
+// (issue 18: DeepSeek-V3's config says add_bos_token: true, its post-processor adds no BOS;
+// transformers gives a BOS, slm gave none). Expected ids by transformers' rule (load_dir's
+// comment): when the config names either flag, or its tokenizer_class is a Llama-family one
+// (add_bos_token defaults to true there), the post-processor becomes "[bos] $A [eos]" with
+// each token present when its flag is true and the token is set (by the config, or by the
+// Llama-family class's default); otherwise the tokenizer.json post-processor stays.
+TEST(Tokenizer, AddBosTokenInTokenizerConfigFollowsTransformers) {
+  const std::string added = R"("added_tokens": [{"id": 0, "content": "<s>", "special": true}, {"id": 1, "content": "</s>", "special": true}])";
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"<s>": 0, "</s>": 1, "a": 2, "b": 3, "ab": 4}, "merges": ["a b"]})";
+  const std::string byte_level_post = R"("post_processor": {"type": "ByteLevel"})";  // DeepSeek-V3's: no BOS
+  const std::string bos_template = R"("post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+       {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [0], "tokens": ["<s>"]}}})";
+  const std::string deepseek_tokens =
+      R"("bos_token": {"__type": "AddedToken", "content": "<s>", "lstrip": false, "normalized": true, "rstrip": false, "single_word": false},
+         "eos_token": {"__type": "AddedToken", "content": "</s>", "lstrip": false, "normalized": true, "rstrip": false, "single_word": false})";
+  using v = std::vector<std::int32_t>;
+  struct config_case {
+    const std::string* post;
+    std::string config;
+    v want;  // "abab" with special tokens; without them it is always {4, 4}
+  };
+  const std::vector<config_case> cases = {
+      // DeepSeek-V3: LlamaTokenizerFast, add_bos_token true, a post-processor without BOS.
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "add_eos_token": false, )" + deepseek_tokens + "}", v{0, 4, 4}},
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "add_eos_token": true, )" + deepseek_tokens + "}", v{0, 4, 4, 1}},
+      // A Llama-family class adds the BOS by default; the bos token may be a plain string.
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizerFast", "bos_token": "<s>"})", v{0, 4, 4}},
+      {&byte_level_post, R"({"tokenizer_class": "GemmaTokenizer", "bos_token": "<s>"})", v{0, 4, 4}},
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizer"})", v{0, 4, 4}},  // the class's bos_token, "<s>"
+      // Another class with no flag keeps tokenizer.json's post-processor...
+      {&byte_level_post, R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>"})", v{4, 4}},
+      {&bos_template, R"({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>"})", v{0, 4, 4}},
+      // ...and with a flag rebuilds it (transformers 5's TokenizersBackend, every class).
+      {&byte_level_post, R"({"tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": true, "bos_token": "<s>"})", v{0, 4, 4}},
+      {&byte_level_post, R"({"add_eos_token": true, "eos_token": "</s>"})", v{4, 4, 1}},
+      // A post-processor that already adds the BOS is replaced, not added to: one BOS...
+      {&bos_template, R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, )" + deepseek_tokens + "}", v{0, 4, 4}},
+      // ...and add_bos_token false removes it.
+      {&bos_template, R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": false, )" + deepseek_tokens + "}", v{4, 4}},
+      // No bos_token: no BOS (transformers 5 turns add_bos_token off).
+      {&byte_level_post, R"({"tokenizer_class": "LlamaTokenizerFast", "add_bos_token": true, "bos_token": null})", v{4, 4}},
+  };
+  slm_test::temp_dir d("addbos");
+  for (const config_case& c : cases) {
+    ASSERT_TRUE(slm_test::write_file(d / "tokenizer.json", slm::cat("{", model, ", ", added, ", ", *c.post, "}")));
+    ASSERT_TRUE(slm_test::write_file(d / "tokenizer_config.json", c.config));
+    auto tok = slm::tokenizer::load_dir(d.path());
+    ASSERT_TRUE(tok.ok()) << tok.error().to_string() << "\n" << c.config;
+    EXPECT_EQ(*tok->encode("abab"), c.want) << c.config;
+    EXPECT_EQ(*tok->encode("abab", {false, true}), (v{4, 4})) << c.config;
+  }
+  // A flag asking for a token the vocabulary lacks is an error (transformers would add a new token).
+  ASSERT_TRUE(slm_test::write_file(d / "tokenizer.json", slm::cat("{", model, ", ", added, ", ", byte_level_post, "}")));
+  ASSERT_TRUE(slm_test::write_file(d / "tokenizer_config.json", R"({"add_bos_token": true, "bos_token": "<|begin|>"})"));
+  EXPECT_TRUE(slm_test::fails_with(slm::tokenizer::load_dir(d.path()), slm::errc::format_error,
+                                   {"tokenizer_config.json", "add_bos_token", "<|begin|>"}));
 }
 
 TEST(Tokenizer, SentencePieceStyleMetaspaceAndByteFallback) {

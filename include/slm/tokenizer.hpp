@@ -310,6 +310,9 @@ class tokenizer {
 
   void guess_specials();
 
+  // tokenizer_config.json's add_bos_token / add_eos_token, as transformers applies them (load_dir).
+  status apply_add_bos_eos(const json::value& cfg);
+
   // Calls fn(id, piece) for the pieces of s in order: fn(id >= 0, token text) for an added
   // token, fn(-1, text) between them (HF's AddedVocabulary::find_matches).
   template <class Fn>
@@ -382,6 +385,7 @@ class tokenizer {
   std::vector<decode_step> decoders_;
   std::vector<template_item> template_;
   std::vector<added_token> added_;
+  text_map added_ids_;  // added token content -> id (find)
   text::literal_set raw_added_, normalized_added_;
   special_token_ids specials_;
   std::optional<fim_order> fim_preference_;
@@ -394,7 +398,7 @@ class tokenizer {
 // Member templates that only encode() calls (instantiated where encode() is defined).
 template <class Fn>
 void tokenizer::for_each_added(std::string_view s, const text::literal_set& m, const encode_options& opt, Fn&& fn) const {
-  if (m.empty) {
+  if (m.empty()) {
     fn(-1, s);
     return;
   }
@@ -537,6 +541,8 @@ SLM_INLINE result<tokenizer> tokenizer::load_dir(const std::filesystem::path& di
     pick("eos_token", t->specials_.eos);
     pick("pad_token", t->specials_.pad);
     pick("unk_token", t->specials_.unk);
+    if (status st = t->apply_add_bos_eos(*cfg); !st.ok())
+      return std::move(st).with_context((dir / "tokenizer_config.json").string());
     if (const json::value& fo = (*cfg)["fim_order"]; !fo.is_null()) {
       const std::string_view o = fo.is_string() ? fo.as_string() : std::string_view();
       if (o == "psm") {
@@ -637,9 +643,8 @@ SLM_INLINE result<std::string> tokenizer::decode(std::span<const std::int32_t> i
 }
 
 SLM_INLINE std::optional<std::int32_t> tokenizer::find(std::string_view content) const {
-  for (const added_token& a : added_)
-    if (a.content == content) return a.id;
-  auto it = vocab_.find(std::string(content));
+  if (auto a = added_ids_.find(content); a != added_ids_.end()) return a->second;
+  auto it = vocab_.find(content);
   if (it != vocab_.end()) return it->second;
   return std::nullopt;
 }
@@ -968,6 +973,7 @@ SLM_INLINE status tokenizer::parse_added(const json::value& list) {
     // A normalized token's text is its normalized form (HF stores it so: decode shows it).
     SLM_TRY(set_token(a.id, a.content));
     if (a.special) special_[static_cast<std::size_t>(a.id)] = true;
+    added_ids_.emplace(a.content, a.id);  // (the first of duplicates, as find() had it)
     added_.push_back(std::move(a));
   }
   return {};
@@ -1025,6 +1031,61 @@ SLM_INLINE status tokenizer::parse_post(const json::value& v) {
     return {};
   }
   return make_error(errc::unsupported, "post-processor type \"", type, "\"");
+}
+
+// transformers rebuilds the post-processor from tokenizer_config.json (update_post_processor):
+//  * transformers 5 (TokenizersBackend, the base of every fast tokenizer): when the config
+//    names add_bos_token or add_eos_token, the post-processor becomes TemplateProcessing
+//    "[bos_token] $A [eos_token]", each token present when its flag is true (a flag not named
+//    is false) and the token is set (a null bos_token / eos_token turns its flag off); the
+//    tokenizer.json post-processor is replaced, so a BOS it added is neither doubled nor kept
+//    when add_bos_token is false. A config naming neither flag keeps tokenizer.json's.
+//  * The Llama-family classes pass add_bos_token = true, add_eos_token = false by default, so
+//    they always rebuild it: LlamaTokenizer(Fast), CodeLlamaTokenizer(Fast), GemmaTokenizer(Fast),
+//    CohereTokenizer(Fast) (in transformers 4 these classes alone honoured the flags, always;
+//    PreTrainedTokenizerFast, GPT2TokenizerFast, Qwen2TokenizerFast and the rest ignored them).
+//    Their bos_token / eos_token default to the class's ("<s>" / "</s>" for Llama) where the
+//    config does not name them.
+// DeepSeek-V3 (LlamaTokenizerFast, add_bos_token true, a ByteLevel post-processor) so gets its
+// BOS. bos_token / eos_token are a string or an AddedToken object {"content": ...}. A token the
+// vocabulary lacks is an error: transformers would add it as a new token, a model's files never
+// need that.
+SLM_INLINE status tokenizer::apply_add_bos_eos(const json::value& cfg) {
+  struct family {
+    std::string_view cls, bos, eos;  // the class and its default bos_token / eos_token
+  };
+  static constexpr family llama_family[] = {{"LlamaTokenizer", "<s>", "</s>"},
+                                            {"CodeLlamaTokenizer", "<s>", "</s>"},
+                                            {"GemmaTokenizer", "<bos>", "<eos>"},
+                                            {"CohereTokenizer", "<BOS_TOKEN>", "<|END_OF_TURN_TOKEN|>"}};
+  const json::value& klass = cfg["tokenizer_class"];
+  const std::string_view cls = klass.is_string() ? klass.as_string() : std::string_view();
+  const family* fam = nullptr;
+  for (const family& f : llama_family)
+    if (cls == f.cls || cls == cat(f.cls, "Fast")) fam = &f;
+  const json::value& add_bos = cfg["add_bos_token"];
+  const json::value& add_eos = cfg["add_eos_token"];
+  if (!fam && add_bos.is_null() && add_eos.is_null()) return {};
+  std::vector<template_item> items;
+  auto token_item = [&](std::string_view flag, std::string_view key) -> status {
+    // The config's token (a string or {"content": ...}; null: none), else the class's default.
+    const json::value* v = cfg.find(key);
+    const std::string_view name = !v ? (fam ? (key == "bos_token" ? fam->bos : fam->eos) : std::string_view())
+                                  : v->is_string() ? v->as_string()
+                                                   : v->get_string("content");
+    if (name.empty()) return {};  // no such token: the flag is off
+    auto id = find(name);
+    if (!id)
+      return make_error(errc::format_error, "\"", flag, "\" asks for ", key, " \"", name.substr(0, 64),
+                        "\", which is not in tokenizer.json");
+    items.push_back({false, {*id}});
+    return {};
+  };
+  if (add_bos.is_bool() ? add_bos.as_bool() : fam != nullptr) SLM_TRY(token_item("add_bos_token", "bos_token"));
+  items.push_back({true, {}});
+  if (add_eos.is_bool() && add_eos.as_bool()) SLM_TRY(token_item("add_eos_token", "eos_token"));
+  template_ = std::move(items);
+  return {};
 }
 
 SLM_INLINE void tokenizer::guess_specials() {
