@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/heap_estimate.hpp"
 #include "slm/regex.hpp"
 #include "slm/unicode.hpp"
 
@@ -163,6 +164,15 @@ struct literal_set {
   void add(std::string text, std::size_t index);
   // The leftmost-longest match at or after `from`: (begin, entry) or begin = npos.
   std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from) const;
+  // Heap bytes the buckets hold (slm/heap_estimate.hpp's method).
+  std::uint64_t memory_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const auto& bucket : by_first) {
+      n += heap_estimate::of_buffer(bucket);
+      for (const entry& e : bucket) n += heap_estimate::of(e.text);
+    }
+    return n;
+  }
 };
 
 bool is_word_char(char32_t c);
