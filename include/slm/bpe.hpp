@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/heap_estimate.hpp"
 #include "slm/status.hpp"
 
 namespace slm {
@@ -54,6 +55,9 @@ class bpe_merges {
   bool add(std::int32_t a, std::int32_t b, std::int32_t merged, std::uint32_t rank);
 
   std::size_t size() const noexcept { return count_; }
+
+  // Heap bytes the table holds (slm/heap_estimate.hpp's method).
+  std::uint64_t memory_bytes() const noexcept { return heap_estimate::of_buffer(slots_); }
 
   // (rank, merged id) of the pair, or rank == no_rank.
   std::pair<std::uint32_t, std::int32_t> find(std::int32_t a, std::int32_t b) const noexcept;

@@ -53,6 +53,7 @@
 #include <string_view>
 #include <vector>
 
+#include "slm/heap_estimate.hpp"
 #include "slm/status.hpp"
 #include "slm/unicode.hpp"
 
@@ -1500,6 +1501,10 @@ class regex {
 
   const std::string& pattern() const noexcept { return pattern_; }
 
+  // Heap bytes the pattern and the compiled program hold (slm/heap_estimate.hpp's
+  // method); a program shared by copies is counted by each.
+  std::uint64_t memory_bytes() const noexcept;
+
  private:
   std::string pattern_;
   std::shared_ptr<const regex_detail::program> prog_;  // immutable, shared by copies
@@ -1539,6 +1544,34 @@ SLM_INLINE result<regex> regex::compile(std::string_view pattern) {
   for (auto& c : cc.extra_) p->classes.push_back(std::move(c));
   r.prog_ = std::move(p);
   return r;
+}
+
+SLM_INLINE std::uint64_t regex::memory_bytes() const noexcept {
+  using namespace regex_detail;
+  using heap_estimate::block;
+  using heap_estimate::of_buffer;
+  std::uint64_t n = heap_estimate::of(pattern_);
+  if (!prog_) return n;
+  auto classes = [](const std::vector<char_class>& cs) {
+    std::uint64_t c = of_buffer(cs);
+    for (const char_class& k : cs) c += of_buffer(k.ranges);
+    return c;
+  };
+  const program& p = *prog_;
+  n += block(sizeof(program) + 2 * sizeof(long));  // make_shared: the control block's two counts
+  n += of_buffer(p.code) + classes(p.classes) + of_buffer(p.alts) + heap_estimate::of(p.literals);
+  for (const alt_table& a : p.alts) n += of_buffer(a.targets);
+  if (const fast_program* f = p.fast.get()) {
+    n += block(sizeof(fast_program)) + of_buffer(f->branches) + of_buffer(f->shapes) + classes(f->classes);
+    for (const auto& branch : f->branches) {
+      n += of_buffer(branch);
+      for (const fast_item& item : branch) {
+        n += heap_estimate::of(item.bytes) + of_buffer(item.alts);
+        for (const auto& alt : item.alts) n += of_buffer(alt);
+      }
+    }
+  }
+  return n;
 }
 
 SLM_INLINE bool regex::search(std::string_view text, std::size_t from, std::size_t& begin, std::size_t& end) const {

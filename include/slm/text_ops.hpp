@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/heap_estimate.hpp"
 #include "slm/regex.hpp"
 #include "slm/unicode.hpp"
 
@@ -169,6 +170,13 @@ struct literal_set {
   // With `steps`, adds the number of trie edges followed (a work count for tests: at most
   // the longest entry's length per position scanned).
   std::pair<std::size_t, const entry*> next(std::string_view s, std::size_t from, std::size_t* steps = nullptr) const;
+  // Heap bytes the trie holds (slm/heap_estimate.hpp's method).
+  std::uint64_t memory_bytes() const noexcept {
+    std::uint64_t n = heap_estimate::of_buffer(entries_) + heap_estimate::of_buffer(nodes_);
+    for (const entry& e : entries_) n += heap_estimate::of(e.text);
+    for (const node& x : nodes_) n += heap_estimate::of_buffer(x.children);
+    return n;
+  }
 
  private:
   static constexpr std::uint32_t none = 0xFFFFFFFFu;

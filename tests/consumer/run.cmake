@@ -47,17 +47,20 @@ if(NOT EXISTS ${WORK_DIR}/find_package/consumer_compiled)
   message(FATAL_ERROR "the installed slm has no slm::compiled")
 endif()
 
-# pkg-config, for hosts that do not use CMake.
+# pkg-config, for hosts that do not use CMake, as the README writes it (`c++ $(pkg-config
+# --cflags --libs slm) ...`), from a moved prefix: the .pc files locate it from where they
+# are (${pcfiledir}), so a relocated install stays right.
 find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
-  set(ENV{PKG_CONFIG_PATH} ${prefix}/share/pkgconfig)
+  file(RENAME ${prefix} ${prefix}-moved)
+  set(ENV{PKG_CONFIG_PATH} ${prefix}-moved/share/pkgconfig)
   execute_process(COMMAND ${PKG_CONFIG} --cflags --libs slm RESULT_VARIABLE rc OUTPUT_VARIABLE flags
                   OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)
     message(FATAL_ERROR "pkg-config cannot find slm")
   endif()
   separate_arguments(flags UNIX_COMMAND "${flags}")
-  run(${CXX} ${flags} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc ${flags})
+  run(${CXX} ${flags} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc)
   run(${WORK_DIR}/consumer_pc)
   # The compiled mode without CMake: the installed libslm.a through slm-compiled.pc.
   execute_process(COMMAND ${PKG_CONFIG} --cflags --libs slm-compiled RESULT_VARIABLE rc OUTPUT_VARIABLE cflags
@@ -66,6 +69,8 @@ if(PKG_CONFIG)
     message(FATAL_ERROR "pkg-config cannot find slm-compiled")
   endif()
   separate_arguments(cflags UNIX_COMMAND "${cflags}")
+  # The README's order for it, `c++ ... $(pkg-config --cflags --libs slm-compiled)`: the
+  # static library after the sources that need it.
   run(${CXX} ${CMAKE_CURRENT_LIST_DIR}/main.cpp -o ${WORK_DIR}/consumer_pc_compiled ${cflags})
   run(${WORK_DIR}/consumer_pc_compiled)
 endif()
@@ -73,10 +78,9 @@ endif()
 # The README's install route needs no build: `cmake -S . -B build` then `cmake --install
 # build --prefix P` installs the headers and a header-only package even though neither
 # the CLI nor libslm.a was built (issue 18: it failed, "cannot find bin/slm"). A few
-# seconds: one configure, no compilation.
+# seconds: one configure, no compilation. The README's commands exactly: no options.
 set(plain ${WORK_DIR}/plain)
-run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${plain} -G ${GENERATOR} -DCMAKE_CXX_COMPILER=${CXX}
-    -DSLM_BUILD_TESTS=OFF -DSLM_BUILD_BENCH=OFF)
+run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${plain})
 run(${CMAKE_COMMAND} --install ${plain} --prefix ${plain}-prefix)
 foreach(f include/slm/slm.hpp include/slm/generate.hpp share/cmake/slm/slmConfig.cmake
           share/cmake/slm/slmConfigVersion.cmake share/cmake/slm/slmTargets.cmake share/pkgconfig/slm.pc)

@@ -7,10 +7,14 @@
 // Lazy: a member is loaded (member_model::load: the weights read into memory, or mapped
 // with checkpoint_options::weights = load_mode::map) on its first acquire(). Accounting, in
 // bytes: each resident member's *.safetensors files (member_model::weight_file_bytes: what
-// loading reads or maps) plus each distinct tokenizer
-// file of the resident members, counted once. Tokenizers are shared: members naming the
-// same tokenizer file (after std::filesystem::canonical, so the demo's symlinks to one
-// tokenizer.json count as one) get one shared_ptr<const tokenizer>.
+// loading reads or maps) plus the memory of each distinct tokenizer of the resident
+// members, counted once: tokenizer::memory_bytes(), the heap the loaded tokenizer holds
+// (the bundled models' 540 KB tokenizer.json holds about 1.4 MB, 2.7 times its file; other
+// tokenizers up to 8 times theirs, and no ratio bounds it, so the file size is no measure).
+// create() therefore parses each distinct tokenizer once to measure it and drops it again
+// (about 20 ms for the bundled one); acquire() parses it again when it loads. Tokenizers are
+// shared: members naming the same tokenizer file (after std::filesystem::canonical, so the
+// demo's symlinks to one tokenizer.json count as one) get one shared_ptr<const tokenizer>.
 //
 // Budget: when loading member i would exceed the budget, the least-recently-used resident
 // members that nobody uses are unloaded until it fits. "Used" = a caller holds the
@@ -18,8 +22,10 @@
 // it). If it cannot fit (the member alone is larger than the budget, or the others are
 // pinned) acquire() fails with out_of_memory naming the budget, the bytes and what is
 // pinned, and nothing is unloaded. Unloading happens before the load, so resident bytes
-// never exceed the budget; a load that then fails (a broken checkpoint) leaves those
-// members unloaded (they load again on their next acquire).
+// never exceed the budget (the one exception: a tokenizer file rewritten after create() is
+// charged by what it holds once loaded, and only by that difference can they pass it; a
+// load's transient parsing memory is not counted); a load that then fails (a broken
+// checkpoint) leaves those members unloaded (they load again on their next acquire).
 //
 // Threads: one mutex guards the table, and the load runs under it. That is deliberate:
 // a load reads the weight files and parses config.json and tokenizer.json (milliseconds
@@ -72,7 +78,8 @@ struct registry_stats {
 
 class registry {
  public:
-  // Reads file sizes (no loading). budget_bytes 0 = unlimited.
+  // Reads the weight file sizes and measures each distinct tokenizer (parsed, measured,
+  // dropped); loads no member. budget_bytes 0 = unlimited.
   static result<registry> create(std::vector<member_spec> members, std::uint64_t budget_bytes,
                                  const checkpoint_options& opt = {});
 
@@ -88,7 +95,7 @@ class registry {
     return std::nullopt;
   }
   std::uint64_t budget_bytes() const noexcept { return s_->budget; }
-  // Bytes member i costs alone, from file sizes: weights + its tokenizer file.
+  // Bytes member i costs alone: its weight files + its tokenizer's memory_bytes().
   std::uint64_t member_bytes(std::size_t i) const noexcept {
     return s_->entries[i].weight_bytes + s_->entries[i].tokenizer_bytes;
   }
@@ -102,8 +109,9 @@ class registry {
 
   registry_stats stats() const;
 
-  // What `slm inspect` prints for an ensemble: each member's bytes from file sizes (no
-  // loading), the total against the budget, then nam56r_ensemble_arithmetic().
+  // What `slm inspect` prints for an ensemble: each member's bytes (weight files, the
+  // tokenizer's memory as create() measured it; no loading), the total against the budget,
+  // then nam56r_ensemble_arithmetic().
   std::vector<std::string> inspect() const;
 
  private:
@@ -111,7 +119,7 @@ class registry {
     member_spec spec;
     std::uint64_t weight_bytes = 0;
     std::string tokenizer_key;  // canonical path(s): equal keys share one tokenizer
-    std::uint64_t tokenizer_bytes = 0;
+    std::uint64_t tokenizer_bytes = 0;  // the tokenizer's memory_bytes(), measured by create()
     std::shared_ptr<loaded_member> loaded;  // null while not resident
     std::uint64_t last_use = 0;
   };
@@ -127,7 +135,11 @@ class registry {
   // The tokenizer file a member uses, canonical (symlinks resolved), plus its
   // tokenizer_config.json when the default (directory) tokenizer has one: load_dir reads
   // it, so two directories share a tokenizer only if both files are the same.
-  static result<std::pair<std::string, std::uint64_t>> tokenizer_key(const member_spec& m);
+  static result<std::string> tokenizer_key(const member_spec& m);
+
+  static result<tokenizer> load_tokenizer(const member_spec& m) {
+    return m.tokenizer.empty() ? tokenizer::load_dir(m.dir) : tokenizer::load(m.tokenizer);
+  }
 
   static result<std::shared_ptr<const tokenizer>> shared_tokenizer(state& s, const entry& e);
 
@@ -194,8 +206,17 @@ SLM_INLINE result<registry> registry::create(std::vector<member_spec> members, s
     e.weight_bytes = *wb;
     auto key = tokenizer_key(e.spec);
     if (!key.ok()) return std::move(key).take_error().with_context(cat("member '", e.spec.name, "'"));
-    e.tokenizer_key = std::move(key->first);
-    e.tokenizer_bytes = key->second;
+    e.tokenizer_key = std::move(*key);
+    // The tokenizer's memory: measured on the first member that names it.
+    const auto same = std::find_if(st->entries.begin(), st->entries.end(),
+                                   [&](const entry& o) { return o.tokenizer_key == e.tokenizer_key; });
+    if (same != st->entries.end()) {
+      e.tokenizer_bytes = same->tokenizer_bytes;
+    } else {
+      auto tok = load_tokenizer(e.spec);
+      if (!tok.ok()) return std::move(tok).take_error().with_context(cat("member '", e.spec.name, "'"));
+      e.tokenizer_bytes = tok->memory_bytes();
+    }
     st->entries.push_back(std::move(e));
   }
   return registry(std::move(st));
@@ -220,6 +241,11 @@ SLM_INLINE result<std::shared_ptr<const loaded_member>> registry::acquire(std::s
   }
   auto tok = shared_tokenizer(s, e);
   if (!tok.ok()) return std::move(tok).take_error().with_context(cat("member '", e.spec.name, "'"));
+  // The same file gives the same figure; a file changed since create() is charged by what
+  // it holds now.
+  if (const std::uint64_t held = (*tok)->memory_bytes(); held != e.tokenizer_bytes)
+    for (entry& o : s.entries)
+      if (o.tokenizer_key == e.tokenizer_key) o.tokenizer_bytes = held;
   auto m = member_model::load(e.spec.dir, s.opt);
   if (!m.ok()) return std::move(m).take_error().with_context(cat("member '", e.spec.name, "'"));
   e.loaded = std::make_shared<loaded_member>(loaded_member{e.spec, std::move(*m), std::move(*tok), e.weight_bytes});
@@ -257,25 +283,23 @@ SLM_INLINE registry_stats registry::stats() const {
   return r;
 }
 
-SLM_INLINE result<std::pair<std::string, std::uint64_t>> registry::tokenizer_key(const member_spec& m) {
+SLM_INLINE result<std::string> registry::tokenizer_key(const member_spec& m) {
   std::error_code ec;
   const auto file = m.tokenizer.empty() ? m.dir / "tokenizer.json" : m.tokenizer;
   const auto canon = std::filesystem::canonical(file, ec);
   if (ec) return make_error(errc::not_found, file.string(), ": ", ec.message());
-  const auto bytes = std::filesystem::file_size(canon, ec);
-  if (ec) return make_error(errc::io_error, canon.string(), ": ", ec.message());
   std::string key = canon.string();
   if (m.tokenizer.empty() && std::filesystem::exists(m.dir / "tokenizer_config.json", ec)) {
     const auto cfg = std::filesystem::canonical(m.dir / "tokenizer_config.json", ec);
     if (!ec) key += "\n" + cfg.string();
   }
-  return std::pair<std::string, std::uint64_t>(std::move(key), bytes);
+  return key;
 }
 
 SLM_INLINE result<std::shared_ptr<const tokenizer>> registry::shared_tokenizer(state& s, const entry& e) {
   std::weak_ptr<const tokenizer>& slot = s.tokenizers[e.tokenizer_key];
   if (auto t = slot.lock()) return t;
-  auto t = e.spec.tokenizer.empty() ? tokenizer::load_dir(e.spec.dir) : tokenizer::load(e.spec.tokenizer);
+  auto t = load_tokenizer(e.spec);
   if (!t.ok()) return std::move(t).take_error();
   auto p = std::make_shared<const tokenizer>(std::move(*t));
   slot = p;
@@ -419,7 +443,7 @@ SLM_INLINE std::vector<std::string> registry::inspect() const {
     std::size_t sharing = 0;
     for (const entry& o : s.entries) sharing += o.tokenizer_key == e.tokenizer_key;
     out.push_back(cat("member ", e.spec.name, " (", e.spec.domain, "): ", e.spec.dir.string(), ": weights ",
-                      e.weight_bytes, " bytes, tokenizer ", e.tokenizer_bytes, " bytes",
+                      e.weight_bytes, " bytes, tokenizer ", e.tokenizer_bytes, " bytes in memory",
                       sharing > 1 ? cat(" (shared by ", sharing, " members)") : std::string()));
     weights += e.weight_bytes;
     all.push_back(i);
