@@ -659,6 +659,7 @@ class parser {
       const auto first = items_.begin() + static_cast<std::ptrdiff_t>(f.start);
       v.u_.a.assign(std::make_move_iterator(first), std::make_move_iterator(items_.end()));
       items_.erase(first, items_.end());
+      drop_if_empty(items_);
       return true;
     }
     const std::size_t n = members_.size() - f.start;
@@ -683,6 +684,8 @@ class parser {
       }
     }
     key_at_.resize(f.start);
+    drop_if_empty(members_);
+    drop_if_empty(key_at_);
     return true;
   }
 
@@ -754,6 +757,15 @@ class parser {
     stack.reserve(grown);
     if (capacity != 0) release(capacity * sizeof(T) + malloc_overhead);
     return true;
+  }
+
+  // An emptied scratch stack that grew big gives its buffer back, so a tokenizer.json's
+  // vocabulary stack is not still held while its merges fill the other one.
+  template <class T>
+  void drop_if_empty(std::vector<T>& stack) noexcept {
+    if (!stack.empty() || stack.capacity() * sizeof(T) < (std::size_t{64} << 10)) return;
+    release(stack.capacity() * sizeof(T) + malloc_overhead);
+    std::vector<T>().swap(stack);
   }
 
   // A key for a message: JSON-escaped, cut to 64 bytes at a character boundary.
