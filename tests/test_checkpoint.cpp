@@ -102,6 +102,25 @@ TEST(Checkpoint, IndexErrors) {
                          {"model.safetensors.index.json", "line 1"}));
 }
 
+// A config.json under the size limit whose tree would need 20x its size (a 62 MB one
+// took 3.7 GB and threw std::bad_alloc out of open()) is refused by the parse's memory
+// budget, as an error naming the file.
+TEST(Checkpoint, HostileConfigRefusedByMemoryBudget) {
+  slm_test::temp_dir d("hostile_config");
+  std::string config = R"({"model_type": "llama", "hidden_size": [)";
+  while (config.size() < (1u << 20)) config += "0,";
+  config += "0]}";
+  ASSERT_TRUE(write_file(d / "config.json", config));
+  write_shard(d / "model.safetensors", {"a"}, 0);
+  slm::checkpoint_options opt;
+  opt.max_json_memory = 4u << 20;
+  EXPECT_TRUE(fails_with(slm::checkpoint::open(d.path(), opt), errc::out_of_range,
+                         {"config.json", "document needs too much memory", "max_memory 4194304"}));
+  // By default the budget's share per input byte refuses it (1 MB of text, 33 MiB).
+  EXPECT_TRUE(fails_with(slm::checkpoint::open(d.path()), errc::out_of_range,
+                         {"config.json", "document needs too much memory", "32 per input byte"}));
+}
+
 TEST(Checkpoint, SeveralFilesWithoutIndex) {
   slm_test::temp_dir d("multi");
   ASSERT_TRUE(write_file(d / "config.json", kConfig));

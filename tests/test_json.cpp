@@ -369,6 +369,93 @@ TEST(Json, SizeLimit) {
   EXPECT_EQ(r.message(), "input too large (expected at most 8 bytes per parse_options::max_bytes, found 9 bytes)");
 }
 
+// `[item,item,...,last]` of at least `bytes` bytes: the shapes where a value costs the
+// most memory per byte of text.
+std::string array_of(std::string_view item, std::size_t bytes, std::string_view last = "0") {
+  std::string s = "[";
+  s.reserve(bytes + item.size() + 8);
+  while (s.size() < bytes) s.append(item).push_back(',');
+  return s.append(last).append("]");
+}
+
+// Each hostile shape (one 40-byte value per 2 or 3 bytes of text, 256-deep nests, many
+// keys) either parses or is refused with out_of_range, and the parser's own count of
+// what it held never passes the budget: 32 bytes per input byte + 1 MiB by default.
+// Old code held about 40 bytes per byte of "[0,0,...]" (3.7 GB for a 62 MB config.json).
+TEST(Json, MemoryBudgetBoundsHostileShapes) {
+  constexpr std::size_t bytes = 128u << 10;
+  std::string keys = "{";
+  for (std::size_t i = 0; keys.size() < bytes; ++i) keys.append("\"").append(std::to_string(i)).append("\":0,");
+  keys += "\"x\":0}";
+  const std::string nests = array_of(std::string(255, '[') + std::string(255, ']'), bytes);
+  const std::string shapes[] = {array_of("0", bytes), array_of("[]", bytes), array_of("{}", bytes),
+                                array_of("\"\"", bytes), array_of("[0]", bytes), array_of(R"(["a","b"])", bytes),
+                                keys, nests};
+  std::size_t refused = 0;
+  for (const std::string& text : shapes) {
+    slm::json::parse_stats stats;
+    auto r = parse(text, {}, stats);
+    EXPECT_EQ(stats.budget_bytes, 32 * text.size() + (1u << 20));
+    EXPECT_LE(stats.peak_bytes, stats.budget_bytes) << text.substr(0, 40);
+    EXPECT_GT(stats.peak_bytes, text.size()) << text.substr(0, 40);  // the count is no token figure
+    if (!r.ok()) {
+      ++refused;
+      EXPECT_EQ(r.code(), errc::out_of_range);
+      EXPECT_NE(r.message().find(": document needs too much memory (expected at most "), std::string::npos)
+          << r.message();
+    }
+  }
+  EXPECT_LT(refused, std::size(shapes));  // the budget is not so tight that it refuses all
+
+  // At 8 bytes per input byte the one-value-per-two-bytes shape is refused, early.
+  parse_options tight;
+  tight.memory_per_input_byte = 8;
+  slm::json::parse_stats stats;
+  auto r = parse(shapes[0], tight, stats);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), errc::out_of_range);
+  EXPECT_EQ(stats.budget_bytes, 8 * shapes[0].size() + (1u << 20));
+  EXPECT_LE(stats.peak_bytes, stats.budget_bytes);
+}
+
+TEST(Json, MemoryBudgetRefusesPastMaxMemory) {
+  // 100001 numbers: their 40-byte values alone are 4 MB, from 200 KB of text.
+  const std::string zeros = array_of("0", 200000);
+  parse_options capped;
+  capped.max_memory = 1u << 20;
+  slm::json::parse_stats stats;
+  auto r = parse(zeros, capped, stats);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.code(), errc::out_of_range);
+  EXPECT_EQ(r.message().rfind("line 1, column ", 0), 0u) << r.message();
+  EXPECT_NE(r.message().find(": document needs too much memory (expected at most 1048576 bytes for the parse "
+                             "(parse_options: 32 per input byte + 1 MiB, at most max_memory 1048576), found "),
+            std::string::npos)
+      << r.message();
+  EXPECT_EQ(stats.budget_bytes, 1u << 20);
+  EXPECT_LE(stats.peak_bytes, 1u << 20);
+
+  // With room, the same text parses, and the count covers at least the tree's elements.
+  capped.max_memory = 16u << 20;
+  capped.memory_per_input_byte = 100;
+  auto roomy = parse(zeros, capped, stats);
+  ASSERT_TRUE(roomy.ok()) << roomy.message();
+  EXPECT_EQ(roomy->size(), 100001u);
+  EXPECT_GE(stats.peak_bytes, 100001 * sizeof(value));
+  EXPECT_LE(stats.peak_bytes, 16u << 20);
+
+  // A zero budget still reads scalars and empty containers, which allocate nothing.
+  parse_options none;
+  none.max_memory = 0;
+  EXPECT_TRUE(parse("[]", none).ok());
+  EXPECT_TRUE(parse("{}", none).ok());
+  EXPECT_TRUE(parse("12345", none).ok());
+  EXPECT_TRUE(parse(R"("short")", none).ok());
+  EXPECT_EQ(parse("[1]", none).code(), errc::out_of_range);  // elements wait on a scratch stack
+  EXPECT_EQ(parse(R"({"a": 1})", none).code(), errc::out_of_range);
+  EXPECT_EQ(parse(R"("a string too long for the bytes inside a std::string")", none).code(), errc::out_of_range);
+}
+
 TEST(Json, DuplicateKeys) {
   expect_parse_error(R"({"a": 1, "b": 2, "a": 3})", 1, 18, "duplicate key");
   EXPECT_EQ(message_of(R"({"a": 1, "a": 2})"),

@@ -44,6 +44,10 @@ namespace slm {
 struct checkpoint_options {
   safetensors::limits limits;
   std::size_t max_json_bytes = 64u << 20;  // config files; tokenizer.json has its own limit below
+  // What parsing one config file may allocate (json::parse_options::max_memory): real ones
+  // take kilobytes, and a hostile one just under max_json_bytes is refused here, not by
+  // the allocator. tokenizer.json keeps json's own default.
+  std::size_t max_json_memory = 512u << 20;
   std::size_t max_tokenizer_bytes = 256u << 20;
   // How the shards come into memory (mapped_file.hpp). read: private memory, immune to the
   // files changing on disk. map: no copy and shared pages, for a host that knows its model
@@ -83,7 +87,9 @@ class checkpoint {
   bool has_tokenizer() const noexcept;
   std::filesystem::path tokenizer_path() const { return dir_ / "tokenizer.json"; }
   // Parsed on each call (nothing is cached, so a checkpoint stays immutable).
-  result<json::value> load_tokenizer_json() const { return read_json(tokenizer_path(), opt_.max_tokenizer_bytes); }
+  result<json::value> load_tokenizer_json() const {
+    return read_json(tokenizer_path(), opt_.max_tokenizer_bytes, json::parse_options{}.max_memory);
+  }
 
   std::span<const safetensors::file> shards() const noexcept { return shards_; }
   std::span<const entry> tensors() const noexcept { return entries_; }  // sorted by name
@@ -126,8 +132,9 @@ class checkpoint {
   status check_unchanged() const;
 
  private:
-  static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes);
-  static status read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
+  static result<json::value> read_json(const std::filesystem::path& path, std::size_t max_bytes,
+                                       std::size_t max_memory);
+  static status read_optional_json(const std::filesystem::path& path, std::size_t max_bytes, std::size_t max_memory,
                                    std::optional<json::value>& out);
   static const json::value* opt_value(const std::optional<json::value>& v) noexcept { return v ? &*v : nullptr; }
 
@@ -172,12 +179,12 @@ SLM_INLINE result<checkpoint> checkpoint::open(const std::filesystem::path& dir,
   if (!std::filesystem::is_directory(dir, ec))
     return make_error(errc::invalid_argument, dir.string(), ": not a directory");
 
-  auto config = read_json(dir / "config.json", opt.max_json_bytes);
+  auto config = read_json(dir / "config.json", opt.max_json_bytes, opt.max_json_memory);
   if (!config.ok()) return std::move(config).take_error();
   if (!config->is_object()) return make_error(errc::format_error, (dir / "config.json").string(), ": not a JSON object");
   c.config_ = std::move(*config);
-  SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, c.generation_config_));
-  SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, c.hf_quant_config_));
+  SLM_TRY(read_optional_json(dir / "generation_config.json", opt.max_json_bytes, opt.max_json_memory, c.generation_config_));
+  SLM_TRY(read_optional_json(dir / "hf_quant_config.json", opt.max_json_bytes, opt.max_json_memory, c.hf_quant_config_));
   SLM_TRY(c.open_weights());
   std::size_t n = 0;
   for (const auto& f : c.shards_) {
@@ -239,21 +246,23 @@ SLM_INLINE status checkpoint::check_unchanged() const {
   return {};
 }
 
-SLM_INLINE result<json::value> checkpoint::read_json(const std::filesystem::path& path, std::size_t max_bytes) {
+SLM_INLINE result<json::value> checkpoint::read_json(const std::filesystem::path& path, std::size_t max_bytes,
+                                                    std::size_t max_memory) {
   auto text = read_text_file(path, max_bytes);
   if (!text.ok()) return std::move(text).take_error();
   json::parse_options o;
   o.max_bytes = max_bytes;
+  o.max_memory = max_memory;
   auto v = json::parse(*text, o);
   if (!v.ok()) return std::move(v).take_error().with_context(path.string());
   return v;
 }
 
 SLM_INLINE status checkpoint::read_optional_json(const std::filesystem::path& path, std::size_t max_bytes,
-                                                 std::optional<json::value>& out) {
+                                                 std::size_t max_memory, std::optional<json::value>& out) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return {};
-  auto v = read_json(path, max_bytes);
+  auto v = read_json(path, max_bytes, max_memory);
   if (!v.ok()) return std::move(v).take_error();
   out = std::move(*v);
   return {};
@@ -323,7 +332,7 @@ SLM_INLINE status checkpoint::index_all_shards() {
 }
 
 SLM_INLINE status checkpoint::open_indexed(const std::filesystem::path& index_path) {
-  auto index = read_json(index_path, opt_.max_json_bytes);
+  auto index = read_json(index_path, opt_.max_json_bytes, opt_.max_json_memory);
   if (!index.ok()) return std::move(index).take_error();
   const json::value* map = index->find("weight_map");
   if (!map || !map->is_object())

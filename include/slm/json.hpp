@@ -19,8 +19,19 @@
 // because safetensors offsets need all 64 bits. A magnitude beyond double range (1e999)
 // is an out_of_range error; one below it (1e-400) reads as zero.
 //
+// Memory: a value is 40 bytes however small its text, so "[0,0,0,...]" would take 20x
+// its size as a tree, and more while its elements wait on the scratch stacks. The parser
+// counts the bytes it allocates (element buffers, scratch stacks as they grow, string
+// buffers, key indexes, each with a malloc header) and refuses with out_of_range before
+// an allocation would take the count past memory_per_input_byte * input size + 1 MiB
+// or past max_memory; parse_stats reports the peak it counted. Real model files need
+// well under the factor (tokenizer.json files and safetensors headers count 6-7 bytes
+// per byte); a long array of one-digit numbers (40 bytes per 2) is refused. Should an
+// allocation fail anyway, parse returns out_of_memory: in builds with exceptions it
+// catches std::bad_alloc, so nothing escapes either way.
+//
 // Errors: parse_error, or out_of_range for the limits and number overflow, with the
-// message "line L, column C: what (expected X, found Y)". Lines end at LF; columns count
+// message "line L, column C: what (expected X, found Y)" (out_of_memory has no position). Lines end at LF; columns count
 // bytes from 1. Escape and UTF-8 errors point at the start of the escape or sequence.
 //
 // Objects keep their members in document order. Duplicate keys (equal once unescaped)
@@ -40,6 +51,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <new>
 #include <optional>
 #include <span>
 #include <string>
@@ -260,7 +272,17 @@ struct member {
 struct parse_options {
   std::size_t max_depth = 256;         // nested arrays + objects
   std::size_t max_bytes = 256u << 20;  // input size
+  // The memory budget (see "Memory" above): at most memory_per_input_byte bytes per
+  // input byte, plus 1 MiB, and never more than max_memory.
+  std::size_t memory_per_input_byte = 32;
+  std::size_t max_memory = std::size_t{4} << 30;
   bool allow_duplicate_keys = false;   // RFC allows them; in model files one is a bug
+};
+
+// What a parse counted against its memory budget.
+struct parse_stats {
+  std::size_t budget_bytes = 0;  // the limit that applied to this input
+  std::size_t peak_bytes = 0;    // the most the parser held at once (tree + scratch)
 };
 
 // ---- value: the parts that need `member` complete ----
@@ -488,7 +510,14 @@ class parser {
   parser(std::string_view text, const parse_options& opt) noexcept
       : begin_(text.data()), p_(text.data()), end_(text.data() + text.size()), opt_(opt) {
     if (text.size() >= 3 && text.substr(0, 3) == "\xEF\xBB\xBF") begin_ = p_ = p_ + 3;
+    const std::size_t per_byte = opt.memory_per_input_byte;
+    const std::size_t scaled =
+        per_byte != 0 && text.size() > (SIZE_MAX - budget_slack) / per_byte ? SIZE_MAX - budget_slack
+                                                                            : text.size() * per_byte;
+    budget_ = std::min(scaled + budget_slack, opt.max_memory);
   }
+
+  parse_stats stats() const noexcept { return {budget_, peak_}; }
 
   result<value> run() {
     value v;
@@ -510,6 +539,7 @@ class parser {
         }
         const bool in_array = open_.back().is_array;
         if (in_array) {
+          if (!make_room(items_)) return std::move(error_);
           items_.push_back(std::move(v));
         } else {
           members_.back().val = std::move(v);
@@ -603,7 +633,7 @@ class parser {
       }
       case '"': {
         std::string s;
-        if (!parse_string(s)) return step::failed;
+        if (!parse_string(s) || !charge_string(s)) return step::failed;
         v = value(std::move(s));
         return step::complete;
       }
@@ -624,11 +654,23 @@ class parser {
     const frame f = open_.back();
     open_.pop_back();
     if (f.is_array) {
+      if (!charge_buffer<value>(items_.size() - f.start)) return false;
       v = value::make_array();
       const auto first = items_.begin() + static_cast<std::ptrdiff_t>(f.start);
       v.u_.a.assign(std::make_move_iterator(first), std::make_move_iterator(items_.end()));
       items_.erase(first, items_.end());
+      drop_if_empty(items_);
       return true;
+    }
+    const std::size_t n = members_.size() - f.start;
+    if (!charge_buffer<member>(n)) return false;
+    if (n > value::linear_lookup_max) {
+      // The table and its holder stay; build_index's two entry lists and region starts
+      // (at most 4097 of them) live while it runs.
+      const std::size_t table = std::bit_ceil(n * 2) * sizeof(std::uint64_t) + sizeof(std::vector<std::uint64_t>);
+      const std::size_t transient = 2 * n * sizeof(std::uint64_t) + 4097 * sizeof(std::size_t);
+      if (!charge(table + 2 * malloc_overhead) || !charge(transient + 3 * malloc_overhead)) return false;
+      release(transient + 3 * malloc_overhead);
     }
     v = value::make_object();
     const auto first = members_.begin() + static_cast<std::ptrdiff_t>(f.start);
@@ -642,6 +684,8 @@ class parser {
       }
     }
     key_at_.resize(f.start);
+    drop_if_empty(members_);
+    drop_if_empty(key_at_);
     return true;
   }
 
@@ -653,7 +697,7 @@ class parser {
     }
     const char* key_at = p_;
     std::string key;
-    if (!parse_string(key)) return false;
+    if (!parse_string(key) || !charge_string(key)) return false;
     // Small objects are checked for duplicates here, big ones when they close (where
     // a cache-friendly index build does it); either way the error points at the key.
     const std::size_t start = open_.back().start;
@@ -664,12 +708,64 @@ class parser {
         }
       }
     }
+    if (!make_room(members_) || !make_room(key_at_)) return false;
     members_.push_back(member{std::move(key), value()});
     key_at_.push_back(key_at);
     skip_whitespace();
     if (p_ == end_ || *p_ != ':') return fail(p_, "invalid object member", "':' after the key", describe(p_));
     ++p_;
     return true;
+  }
+
+  // Counts `bytes` about to be allocated, or refuses (out_of_range, at the value being
+  // read) when they would take the parse past its budget.
+  bool charge(std::size_t bytes) {
+    if (bytes > budget_ - held_) {
+      return fail(p_, "document needs too much memory",
+                  cat("at most ", budget_, " bytes for the parse (parse_options: ", opt_.memory_per_input_byte,
+                      " per input byte + 1 MiB, at most max_memory ", opt_.max_memory, ")"),
+                  cat(held_, " bytes held and ", bytes, " more wanted"), errc::out_of_range);
+    }
+    held_ += bytes;
+    peak_ = std::max(peak_, held_);
+    return true;
+  }
+  void release(std::size_t bytes) noexcept { held_ -= bytes; }
+
+  template <class T>
+  bool charge_buffer(std::size_t n) {
+    return n == 0 || charge(n * sizeof(T) + malloc_overhead);
+  }
+
+  // A string's heap buffer, if it outgrew the one inside the std::string. It was
+  // counted once complete: while it grew it held at most about twice its escaped text,
+  // itself part of the input.
+  bool charge_string(const std::string& s) {
+    const auto* const inside = reinterpret_cast<const char*>(&s);
+    if (s.data() >= inside && s.data() < inside + sizeof s) return true;
+    return charge(s.capacity() + 1 + malloc_overhead);
+  }
+
+  // Room for one more element on a scratch stack, growing it by doubling under the
+  // budget (the old and new buffers both live while the elements move).
+  template <class T>
+  bool make_room(std::vector<T>& stack) {
+    const std::size_t capacity = stack.capacity();
+    if (stack.size() < capacity) return true;
+    const std::size_t grown = std::max<std::size_t>(64, capacity * 2);
+    if (!charge_buffer<T>(grown)) return false;
+    stack.reserve(grown);
+    if (capacity != 0) release(capacity * sizeof(T) + malloc_overhead);
+    return true;
+  }
+
+  // An emptied scratch stack that grew big gives its buffer back, so a tokenizer.json's
+  // vocabulary stack is not still held while its merges fill the other one.
+  template <class T>
+  void drop_if_empty(std::vector<T>& stack) noexcept {
+    if (!stack.empty() || stack.capacity() * sizeof(T) < (std::size_t{64} << 10)) return;
+    release(stack.capacity() * sizeof(T) + malloc_overhead);
+    std::vector<T>().swap(stack);
   }
 
   // A key for a message: JSON-escaped, cut to 64 bytes at a character boundary.
@@ -886,6 +982,13 @@ class parser {
   std::vector<value> items_;
   std::vector<member> members_;
   std::vector<const char*> key_at_;  // where each key in members_ starts, for messages
+  // The memory budget: bytes the parse holds now and at most, counted before each
+  // allocation that grows with the input (the open_ stack is bounded by max_depth).
+  static constexpr std::size_t budget_slack = std::size_t{1} << 20;
+  static constexpr std::size_t malloc_overhead = 16;  // a heap block's header and rounding
+  std::size_t budget_ = 0;
+  std::size_t held_ = 0;
+  std::size_t peak_ = 0;
 };
 #endif  // SLM_DEFINE_IO
 
@@ -893,6 +996,9 @@ class parser {
 
 // Parses one JSON document. The result owns all its data; `text` may go away after.
 result<value> parse(std::string_view text, const parse_options& opt = {});
+// The same, also reporting the memory the parse counted, on success and on parse and
+// budget errors too (zeros when the input is over max_bytes or an allocation failed).
+result<value> parse(std::string_view text, const parse_options& opt, parse_stats& stats);
 
 // ---- writing ----
 
@@ -968,12 +1074,32 @@ SLM_INLINE void append_hex(std::string& out, unsigned v, int digits) {
 
 }  // namespace detail
 
-SLM_INLINE result<value> parse(std::string_view text, const parse_options& opt) {
+SLM_INLINE result<value> parse(std::string_view text, const parse_options& opt, parse_stats& stats) {
+  stats = parse_stats{};
   if (text.size() > opt.max_bytes) {
     return make_error(errc::out_of_range, "input too large (expected at most ", opt.max_bytes,
                       " bytes per parse_options::max_bytes, found ", text.size(), " bytes)");
   }
-  return detail::parser(text, opt).run();
+#if defined(__cpp_exceptions)
+  // The budget keeps the parse's own allocations bounded; this catches the rest (a
+  // machine already short of memory), as builds without exceptions cannot.
+  try {
+#endif
+    detail::parser p(text, opt);
+    result<value> v = p.run();
+    stats = p.stats();
+    return v;
+#if defined(__cpp_exceptions)
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::out_of_memory, "cannot allocate memory for the parsed JSON (input of ", text.size(),
+                      " bytes)");
+  }
+#endif
+}
+
+SLM_INLINE result<value> parse(std::string_view text, const parse_options& opt) {
+  parse_stats unused;
+  return parse(text, opt, unused);
 }
 
 SLM_INLINE void append_quoted(std::string& out, std::string_view s) {
