@@ -404,7 +404,10 @@ std::string errno_text(int e);
 // A fixed set of worker threads. run() hands out tasks to the workers and to the
 // calling thread, then waits for all of them; it does not allocate. Between runs a
 // worker spins for about 100 us (so back-to-back runs cost ~1-2 us) and then sleeps;
-// with more threads than hardware threads nobody spins. Any thread may call run();
+// with more threads than hardware threads nobody spins. On a busy machine the caller
+// never waits for a worker that is not running (it runs the tasks itself), and when
+// workers keep missing runs or stall mid-task it runs alone for a while (pool_state's
+// back-off), so more threads are not slower than one there. Any thread may call run();
 // calls from different threads take turns. Tasks must not run() a pool that is
 // waiting on their own pool (a cycle between two pools deadlocks); run() on their
 // own pool is fine and runs inline.
