@@ -355,18 +355,19 @@ struct pool_state {
   // cores from the caller without doing its part. Two signs: the caller, out of tasks,
   // waited for a joined worker much longer than it worked itself (that worker lost its
   // core mid-task), or, over back-to-back runs (within the workers' spin, so none had
-  // a reason to sleep), some worker joined none for over a millisecond (far past a
-  // wake-up on an idle machine). Either makes the runs until `solo_until` the caller's
-  // alone (the same tasks, so the same results) while the workers fall asleep; each
-  // sign doubles the next back-off, up to 64 ms, and every 256 runs that all workers
-  // joined on time halve it. On an idle machine neither sign shows.
+  // a reason to sleep), fewer than half the workers joined each for over a millisecond
+  // (far past a wake-up on an idle machine; one slow worker of many is no reason to
+  // drop them all: the others take over its tasks). Either makes the runs until
+  // `solo_until` the caller's alone (the same tasks, so the same results) while the
+  // workers fall asleep; each sign doubles the next back-off, up to 64 ms, and every
+  // 256 runs without a sign halve it. On an idle machine neither sign shows.
   static constexpr std::chrono::microseconds backoff_min{1000};
   static constexpr std::chrono::microseconds backoff_max{64000};
   std::chrono::steady_clock::time_point solo_until{};
   std::chrono::steady_clock::time_point last_end{};  // of the last parallel run
   std::chrono::microseconds backoff = backoff_min;
-  std::uint32_t on_time = 0;  // runs all workers joined on time since the last sign
-  bool missing = false;       // some worker has joined no run since missing_since
+  std::uint32_t on_time = 0;  // runs without a sign since the last one
+  bool missing = false;       // most workers missed every run since missing_since
   std::chrono::steady_clock::time_point missing_since{};
   void back_off(std::chrono::steady_clock::time_point now) noexcept;
   std::unique_ptr<pool_worker[]> workers;
@@ -620,7 +621,7 @@ SLM_INLINE void detail::pool_state::dispatch(std::size_t n, const task_ref& fn) 
   // Every task is claimed: close the entry, then wait only for the workers inside.
   const std::uint64_t joined = entry.fetch_or(entry_closed, std::memory_order_acq_rel) & entry_joined_mask;
   if (start - last_end > worker_spin) missing = false;  // workers may sleep: a fresh start
-  if (joined + 1 < p) {  // someone missed this run
+  if (2 * joined < p - 1) {  // most workers missed this run
     if (!missing) {
       missing = true;
       missing_since = start;
