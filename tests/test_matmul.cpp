@@ -267,6 +267,53 @@ TEST(Matmul, ThreadCountIndependenceLarge) {
   }
 }
 
+// Runs tasks inline but claims `n` threads, so the GEMVs cut their rows for n threads
+// (balanced_chunks: 4 chunks per thread) without needing n real threads.
+struct claims_threads {
+  std::size_t n = 1;
+  std::size_t concurrency() const noexcept { return n; }
+  void run(std::size_t n_tasks, slm::task_ref fn) const noexcept {
+    for (std::size_t i = 0; i < n_tasks; ++i) fn(i);
+  }
+};
+
+// Issue 18: decode's GEMVs are cut into several chunks per thread so a slow or
+// descheduled worker holds back little; every row is still computed whole by one task,
+// so all three activation precisions stay bit-identical for 1..8 threads (4..32
+// chunks; 520 rows = 17 row units, so the chunks are uneven) and on a real 4-thread pool.
+TEST(Matmul, GemvBitIdenticalForAnyChunkCount) {
+  std::mt19937 rng(11);
+  slm::serial_executor serial;
+  auto pool4 = slm::thread_pool::create(4);
+  ASSERT_TRUE(pool4.ok());
+  constexpr std::size_t N = 520, K = 256;
+  for (weight_format f : {weight_format::nvfp4, weight_format::bf16, weight_format::f32}) {
+    owned_weight o = make_weight(f, N, K, 0, rng);
+    for (std::size_t n_tok : {1u, 2u}) {
+      std::vector<float> x(n_tok * K);
+      std::normal_distribution<float> nd;
+      for (float& v : x) v = nd(rng);
+      for (auto prec : {slm::activation_precision::f32, slm::activation_precision::bf16,
+                        slm::activation_precision::int8}) {
+        std::vector<float> want(n_tok * N), got(n_tok * N);
+        const slm::status st0 = slm::matmul(o.w, x.data(), n_tok, K, want.data(), N, serial, isa::best, prec);
+        if (!st0.ok()) continue;  // this precision is not offered for this format here
+        for (std::size_t threads = 2; threads <= 9; ++threads) {
+          std::fill(got.begin(), got.end(), -1.0f);
+          claims_threads inline_n{threads};
+          const slm::status st = threads == 9
+                                     ? slm::matmul(o.w, x.data(), n_tok, K, got.data(), N, *pool4, isa::best, prec)
+                                     : slm::matmul(o.w, x.data(), n_tok, K, got.data(), N, inline_n, isa::best, prec);
+          ASSERT_TRUE(st.ok()) << st.message();
+          EXPECT_EQ(std::memcmp(want.data(), got.data(), got.size() * sizeof(float)), 0)
+              << slm::to_string(f) << " n_tok " << n_tok << " precision " << static_cast<int>(prec)
+              << (threads == 9 ? std::string(" 4-thread pool") : " claiming " + std::to_string(threads) + " threads");
+        }
+      }
+    }
+  }
+}
+
 // ModelOpt NVFP4 vectors: y = dequantized @ x computed in float64 by the oracle. Our GEMV
 // must be within gamma_{K+10} * sum_k |x_k w_k| of it (the tolerance argument above;
 // the oracle's dequantized weights are ours bit for bit, see test_golden).

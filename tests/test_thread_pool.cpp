@@ -6,12 +6,19 @@
 
 #include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+#endif
 
 namespace {
 
@@ -381,6 +388,135 @@ TEST(ThreadPool, NestedRunOnTheSamePoolRunsInline) {
   });
   EXPECT_EQ(inner.load(), 12);
 }
+
+#if defined(__linux__)
+// A worker held in a signal handler stands in for one the OS descheduled on a busy
+// machine (issue 18: with six busy processes on two cores, 2 threads decoded 30-50x
+// slower than 1 because every run() waited a time slice for the descheduled worker).
+std::atomic<bool> g_worker_held{false};
+std::atomic<bool> g_worker_release{false};
+
+extern "C" void hold_worker(int) {
+  g_worker_held.store(true);
+  while (!g_worker_release.load()) {
+    timespec pause{0, 100000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+// The thread of a 2-thread pool that is not the caller: two tasks that wait for each
+// other must run on both threads (the wait gives up after 5 s, leaving `found` false,
+// should the pool ever run them one after the other).
+pthread_t find_worker(const slm::thread_pool& pool, bool& found) {
+  const pthread_t caller = pthread_self();
+  std::atomic<int> arrived{0};
+  pthread_t worker{};
+  found = false;
+  pool.run(2, [&](std::size_t) {
+    arrived.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (arrived.load() < 2 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    if (arrived.load() == 2 && !pthread_equal(pthread_self(), caller)) {
+      worker = pthread_self();
+      found = true;
+    }
+  });
+  return worker;
+}
+
+// Waits up to `limit` for `flag`; true when it was set.
+bool wait_flag(const std::atomic<bool>& flag, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
+
+TEST(ThreadPool, RunDoesNotWaitForAWorkerThatIsNotRunning) {
+  slm::thread_pool pool = make_pool(2);
+  bool found = false;
+  const pthread_t worker = find_worker(pool, found);
+  ASSERT_TRUE(found);
+  struct sigaction hold{}, previous{};
+  hold.sa_handler = hold_worker;
+  sigemptyset(&hold.sa_mask);
+  ASSERT_EQ(sigaction(SIGUSR1, &hold, &previous), 0);
+  g_worker_held.store(false);
+  g_worker_release.store(false);
+  ASSERT_EQ(pthread_kill(worker, SIGUSR1), 0);
+  ASSERT_TRUE(wait_flag(g_worker_held, std::chrono::seconds(5))) << "the worker never took the signal";
+
+  // The old pool waited for every participant, so this run waited until the watchdog
+  // released the worker (forever without it); now the caller runs every task itself.
+  std::atomic<bool> run_returned{false};
+  std::atomic<bool> watchdog_fired{false};
+  std::thread watchdog([&] {
+    if (!wait_flag(run_returned, std::chrono::seconds(2))) watchdog_fired.store(true);
+    g_worker_release.store(true);
+  });
+  std::vector<int> hits(64, 0);
+  pool.run(hits.size(), [&](std::size_t i) { ++hits[i]; });  // each task its own slot
+  run_returned.store(true);
+  watchdog.join();
+  EXPECT_FALSE(watchdog_fired.load()) << "run() waited for a worker that was not running";
+  for (std::size_t i = 0; i < hits.size(); ++i) EXPECT_EQ(hits[i], 1) << "task " << i;
+
+  // Back from the handler, the worker skips the job it missed and takes part again.
+  const pthread_t again = find_worker(pool, found);
+  EXPECT_TRUE(found && pthread_equal(again, worker));
+  std::atomic<int> sum{0};
+  for (int r = 0; r < 100; ++r) pool.run(8, [&](std::size_t i) { sum.fetch_add(static_cast<int>(i)); });
+  EXPECT_EQ(sum.load(), 100 * 28);
+  ASSERT_EQ(sigaction(SIGUSR1, &previous, nullptr), 0);
+}
+
+// A worker stuck inside a task (descheduled mid-task) holds back only that task: the
+// caller claims every other one. The stuck task waits until all others are done.
+TEST(ThreadPool, CallerTakesOverTheTasksOfAStuckWorker) {
+  slm::thread_pool pool = make_pool(2);
+  const pthread_t caller = pthread_self();
+  constexpr std::size_t n = 16;
+  std::atomic<std::size_t> done{0};
+  std::atomic<bool> stuck_one{false};
+  std::atomic<bool> gave_up{false};
+  for (int r = 0; r < 20; ++r) {
+    done.store(0);
+    stuck_one.store(false);
+    pool.run(n, [&](std::size_t) {
+      if (!pthread_equal(pthread_self(), caller) && !stuck_one.exchange(true)) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (done.load() < n - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+        if (done.load() < n - 1) gave_up.store(true);
+      }
+      done.fetch_add(1);
+    });
+    EXPECT_EQ(done.load(), n);
+  }
+  EXPECT_FALSE(gave_up.load()) << "the caller left tasks unclaimed while a worker was stuck";
+
+  // The caller waited over 2 ms for the stuck worker's task: a sign of a busy machine,
+  // after which the pool backs off to running on the caller alone for a while. The runs
+  // that follow still run every task exactly once.
+  done.store(0);
+  stuck_one.store(false);
+  pool.run(n, [&](std::size_t) {
+    if (!pthread_equal(pthread_self(), caller) && !stuck_one.exchange(true)) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (done.load() < n - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    done.fetch_add(1);
+  });
+  EXPECT_EQ(done.load(), n);
+  for (int r = 0; r < 200; ++r) {
+    std::vector<int> hits(n, 0);
+    pool.run(n, [&](std::size_t i) { ++hits[i]; });
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i], 1) << "run " << r << " task " << i;
+  }
+}
+#endif  // __linux__
 
 #ifdef SLM_USE_OPENMP
 TEST(OpenMP, ExecutorVisitsEachIndexOnceAndIsDeterministic) {

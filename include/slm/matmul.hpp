@@ -1001,9 +1001,11 @@ SLM_INLINE status matmul(const weight_matrix& w, const float* x, std::size_t n_t
     });
   }
 
-  // Fused GEMV for one or two tokens where the format has one.
+  // Fused GEMV for one or two tokens where the format has one. Short tasks (little
+  // work each, no scratch): cut finer, see balanced_chunks.
   const mm::gemv_kernels gk = mm::find_gemv(w.format, chosen);
   if (n_tok <= 2 && gk.by_rows[1]) {
+    const static_partition gpart = partition(0, units, balanced_chunks(ex));
     aligned_buffer xp;
     if (gk.permuted_x) {
       auto b = aligned_buffer::allocate(K * sizeof(float));
@@ -1016,8 +1018,9 @@ SLM_INLINE status matmul(const weight_matrix& w, const float* x, std::size_t n_t
 #ifdef SLM_X86
       if (gk.permuted_x) mm::permute_x_512(xt, K, xpp, w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4);
 #endif
-      SLM_TRY(parallel_for_chunks(ex, part.count, [&](std::size_t c) {
-        const index_range r = rows_of(c);
+      SLM_TRY(parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
+        const index_range u = gpart.chunk(c);
+        const index_range r{u.begin * mm::row_unit, std::min(N, u.end * mm::row_unit)};
         std::size_t n = r.begin;
         for (; n + mm::gemv_rows <= r.end; n += mm::gemv_rows) gk.by_rows[mm::gemv_rows](w, n, xt, xpp, y + t * ldy + n);
         if (n < r.end) gk.by_rows[r.end - n](w, n, xt, xpp, y + t * ldy + n);

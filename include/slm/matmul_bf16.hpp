@@ -428,7 +428,9 @@ SLM_INLINE status matmul_bf16_activations(const weight_matrix& w, const float* x
 
   if (n_tok <= 2) {
     // GEMV: one bf16 copy of x per token (permuted for fp4), made here: K values are
-    // cheaper inline than a round trip through the pool.
+    // cheaper inline than a round trip through the pool. Rows cut finer than the
+    // GEMM's (short tasks, no scratch): see balanced_chunks.
+    const static_partition gpart = partition(0, units, balanced_chunks(ex));
     auto buf = aligned_buffer::allocate(2 * round64(2 * K));
     if (!buf.ok()) return std::move(buf).take_error().with_context("matmul_bf16_activations");
     std::uint16_t* xb = reinterpret_cast<std::uint16_t*>(buf->data());
@@ -452,8 +454,9 @@ SLM_INLINE status matmul_bf16_activations(const weight_matrix& w, const float* x
     for (std::size_t t = 0; t < n_tok; ++t) {
       if (w.format == weight_format::bf16) ab::round_row_512(x + t * ldx, K, xb);
       else ab::permute_fp4_512(x + t * ldx, K, tmp, xb);
-      SLM_TRY(parallel_for_chunks(ex, part.count, [&](std::size_t c) {
-        const index_range r = rows_of(c);
+      SLM_TRY(parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
+        const index_range u = gpart.chunk(c);
+        const index_range r{u.begin * mm::row_unit, std::min(N, u.end * mm::row_unit)};
         std::size_t n = r.begin;
         for (; n + mm::gemv_rows <= r.end; n += mm::gemv_rows) by_rows[mm::gemv_rows](w, n, xb, y + t * ldy + n);
         if (n < r.end) by_rows[r.end - n](w, n, xb, y + t * ldy + n);

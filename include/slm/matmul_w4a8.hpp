@@ -569,12 +569,14 @@ SLM_INLINE status matmul_w4a8(const weight_matrix& w, const float* x, std::size_
     const fn k3 = nv ? &wq::gemv_512<3, true> : &wq::gemv_512<3, false>;
     const fn tail[4] = {nullptr, k1, k2, k3};
     std::int8_t* qp = reinterpret_cast<std::int8_t*>(scratch);
+    const static_partition gpart = partition(0, units, balanced_chunks(ex));  // short tasks: cut finer
     for (std::size_t t = 0; t < n_tok; ++t) {
       wq::permute_gemv(q + t * K, K, qp);
       const float* ht = h + t * S;
       const std::int32_t* nt = nc + t * S;
-      SLM_TRY(parallel_for_chunks(ex, part.count, [&](std::size_t c) {
-        const index_range r = rows_of(c);
+      SLM_TRY(parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
+        const index_range u = gpart.chunk(c);
+        const index_range r{u.begin * mm::row_unit, std::min(N, u.end * mm::row_unit)};
         std::size_t n = r.begin;
         for (; n + 4 <= r.end; n += 4) k4(w, n, qp, ht, nt, y + t * ldy + n);
         if (n < r.end) tail[r.end - n](w, n, qp, ht, nt, y + t * ldy + n);

@@ -227,17 +227,23 @@ inline void cpu_relax() noexcept {
 }
 
 // Busy-wait for `done` up to `budget`. Spinning keeps back-to-back run() calls (one
-// per layer/matmul) at microseconds; blocking on a futex costs tens of them.
+// per layer/matmul) at microseconds; blocking on a futex costs tens of them. Past the
+// first few microseconds the spinner yields between polls: on a busy machine the
+// thread it waits for may be queued behind it on its own core, and a bare spin would
+// hold that core for the rest of its time slice. On an idle core yield returns at once.
 template <class Pred>
 bool spin_until(Pred done, std::chrono::nanoseconds budget) noexcept {
   if (budget.count() <= 0) return done();
   const auto start = std::chrono::steady_clock::now();
+  const auto polite_after = std::chrono::microseconds(5);
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (done()) return true;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() - start > budget) return done();
+    const auto spent = std::chrono::steady_clock::now() - start;
+    if (spent > budget) return done();
+    if (spent > polite_after) std::this_thread::yield();
   }
 }
 
@@ -304,8 +310,20 @@ struct pool_worker {
 // The job is published through `word` = (generation << 16) | participants: one atomic
 // load tells a worker both that there is a new job and whether it takes part, so
 // workers not needed for a small job never touch the job's fields.
+//
+// A worker must join a job (`entry`) before it touches the job's fields, and the
+// caller waits only for the workers that joined. On a busy machine a worker may be
+// descheduled for a whole time slice (milliseconds) just when a job is published;
+// the caller then claims every task itself, closes the entry and returns, and the
+// late worker finds the entry closed (or a later generation) and skips the job. The
+// caller never waits for a worker that has not started, only for tasks that a running
+// worker claimed. Which thread runs a task never changes what it computes.
 struct pool_state {
   static constexpr std::uint64_t participants_mask = 0xffff;
+  // entry = (generation << 17) | closed | joined: joined in the low 16 bits.
+  static constexpr std::uint64_t entry_closed = std::uint64_t{1} << 16;
+  static constexpr std::uint64_t entry_joined_mask = 0xffff;
+  static constexpr int entry_generation_shift = 17;
 
   explicit pool_state(std::size_t n) noexcept : n_threads(n) {}
   pool_state(const pool_state&) = delete;
@@ -319,6 +337,9 @@ struct pool_state {
 
   void worker_main(std::size_t index) noexcept;
 
+  // Worker side: join generation `gen` unless the caller closed it or moved on.
+  bool join(std::uint64_t gen) noexcept;
+
   // Caller side, holding run_mutex.
   void dispatch(std::size_t n, const task_ref& fn) noexcept;
 
@@ -328,6 +349,27 @@ struct pool_state {
   const std::size_t n_threads;
   std::chrono::nanoseconds worker_spin{0};  // then sleep until the next job
   std::chrono::nanoseconds caller_spin{0};  // then sleep until the workers finish
+
+  // Back-off on a busy machine, caller side (under run_mutex). Workers are descheduled
+  // there for whole time slices, and a runnable (spinning) worker takes a share of the
+  // cores from the caller without doing its part. Two signs: the caller, out of tasks,
+  // waited for a joined worker much longer than it worked itself (that worker lost its
+  // core mid-task), or, over back-to-back runs (within the workers' spin, so none had
+  // a reason to sleep), fewer than half the workers joined each for over a millisecond
+  // (far past a wake-up on an idle machine; one slow worker of many is no reason to
+  // drop them all: the others take over its tasks). Either makes the runs until
+  // `solo_until` the caller's alone (the same tasks, so the same results) while the
+  // workers fall asleep; each sign doubles the next back-off, up to 64 ms, and every
+  // 256 runs without a sign halve it. On an idle machine neither sign shows.
+  static constexpr std::chrono::microseconds backoff_min{1000};
+  static constexpr std::chrono::microseconds backoff_max{64000};
+  std::chrono::steady_clock::time_point solo_until{};
+  std::chrono::steady_clock::time_point last_end{};  // of the last parallel run
+  std::chrono::microseconds backoff = backoff_min;
+  std::uint32_t on_time = 0;  // runs without a sign since the last one
+  bool missing = false;       // most workers missed every run since missing_since
+  std::chrono::steady_clock::time_point missing_since{};
+  void back_off(std::chrono::steady_clock::time_point now) noexcept;
   std::unique_ptr<pool_worker[]> workers;
   std::size_t n_started = 0;
 
@@ -343,9 +385,10 @@ struct pool_state {
   std::atomic<std::uint32_t> wake_sleepers{0};
   wake_signal wake;  // workers: a new word or stop
   alignas(64) std::atomic<std::size_t> next{0};
-  alignas(64) std::atomic<std::uint32_t> pending{0};
+  alignas(64) std::atomic<std::uint64_t> entry{0};
+  alignas(64) std::atomic<std::uint32_t> finished{0};  // joined workers done with the job
   std::atomic<std::uint32_t> done_sleepers{0};
-  wake_signal done;  // caller: pending reached 0
+  wake_signal done;  // caller: a joined worker finished
 };
 
 #ifdef SLM_DETAIL_PTHREADS
@@ -362,7 +405,10 @@ std::string errno_text(int e);
 // A fixed set of worker threads. run() hands out tasks to the workers and to the
 // calling thread, then waits for all of them; it does not allocate. Between runs a
 // worker spins for about 100 us (so back-to-back runs cost ~1-2 us) and then sleeps;
-// with more threads than hardware threads nobody spins. Any thread may call run();
+// with more threads than hardware threads nobody spins. On a busy machine the caller
+// never waits for a worker that is not running (it runs the tasks itself), and when
+// workers keep missing runs or stall mid-task it runs alone for a while (pool_state's
+// back-off), so more threads are not slower than one there. Any thread may call run();
 // calls from different threads take turns. Tasks must not run() a pool that is
 // waiting on their own pool (a cycle between two pools deadlocks); run() on their
 // own pool is fine and runs inline.
@@ -447,6 +493,18 @@ constexpr static_partition partition(std::size_t begin, std::size_t end, std::si
   return {begin, n, count};
 }
 
+// How many chunks to cut work into whose results do not depend on the cut (each
+// output computed whole by one task): a few per thread, so a thread that runs slow or
+// is descheduled on a busy machine holds back only a small share, which the others
+// take over; one chunk per thread would leave the rest waiting for its whole half.
+// One for a serial executor, which has nothing to balance.
+template <class E>
+  requires executor<std::remove_reference_t<E>>
+std::size_t balanced_chunks(const E& ex) noexcept {
+  const std::size_t c = static_cast<std::size_t>(ex.concurrency());
+  return c <= 1 ? 1 : 4 * c;
+}
+
 // Runs body(c) for c in [0, n_chunks) on `ex`, one task per chunk. Cancellation is
 // checked before each chunk starts; chunks already running finish. Returns cancelled
 // when the token skipped at least one chunk (the work is incomplete), ok otherwise.
@@ -515,6 +573,16 @@ SLM_INLINE void detail::pool_state::drain() noexcept {
   for (std::size_t t; (t = next.fetch_add(1, std::memory_order_relaxed)) < n;) fn(t);
 }
 
+SLM_INLINE bool detail::pool_state::join(std::uint64_t gen) noexcept {
+  const std::uint64_t open = gen << entry_generation_shift;
+  std::uint64_t e = entry.load(std::memory_order_acquire);
+  for (;;) {
+    if ((e & ~entry_joined_mask) != open) return false;  // closed, or another job's
+    // acquire: the job's fields, written before the caller opened the entry.
+    if (entry.compare_exchange_weak(e, e + 1, std::memory_order_acq_rel, std::memory_order_acquire)) return true;
+  }
+}
+
 SLM_INLINE void detail::pool_state::worker_main(std::size_t index) noexcept {
   std::uint64_t seen = 0;  // not the current word: a job may predate our start
   for (;;) {
@@ -525,24 +593,69 @@ SLM_INLINE void detail::pool_state::worker_main(std::size_t index) noexcept {
     // missed while asleep was one it had no part in.
     seen = word.load(std::memory_order_acquire);
     if (index >= (seen & participants_mask)) continue;
+    if (!join(seen >> 16)) continue;  // too late: the caller already did every task
     drain();
-    if (pending.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
-        done_sleepers.load(std::memory_order_seq_cst) != 0)
-      done.notify_all();
+    finished.fetch_add(1, std::memory_order_seq_cst);
+    if (done_sleepers.load(std::memory_order_seq_cst) != 0) done.notify_all();
   }
 }
 
 SLM_INLINE void detail::pool_state::dispatch(std::size_t n, const task_ref& fn) noexcept {
+  const auto start = std::chrono::steady_clock::now();
+  if (start < solo_until) {  // backing off: see solo_until
+    for (std::size_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
   const std::size_t p = n < n_threads ? n : n_threads;
   job_fn = &fn;
   job_n = n;
   next.store(0, std::memory_order_relaxed);
-  pending.store(static_cast<std::uint32_t>(p - 1), std::memory_order_relaxed);
+  finished.store(0, std::memory_order_relaxed);
+  // 47 bits of generation in entry, 48 in word: neither wraps in practice.
   ++generation;
-  word.store((generation << 16) | p, std::memory_order_seq_cst);  // publishes the job
+  const std::uint64_t gen = generation & (~std::uint64_t{0} >> entry_generation_shift);
+  entry.store(gen << entry_generation_shift, std::memory_order_release);  // open for joining
+  word.store((gen << 16) | p, std::memory_order_seq_cst);               // publishes the job
   if (wake_sleepers.load(std::memory_order_seq_cst) != 0) wake.notify_all();
   drain();
-  wait_for([&] { return pending.load(std::memory_order_seq_cst) == 0; }, done, done_sleepers, caller_spin);
+  // Every task is claimed: close the entry, then wait only for the workers inside.
+  const std::uint64_t joined = entry.fetch_or(entry_closed, std::memory_order_acq_rel) & entry_joined_mask;
+  if (start - last_end > worker_spin) missing = false;  // workers may sleep: a fresh start
+  if (2 * joined < p - 1) {  // most workers missed this run
+    if (!missing) {
+      missing = true;
+      missing_since = start;
+    } else if (start - missing_since > std::chrono::milliseconds(1)) {
+      back_off(start);
+    }
+  } else {
+    missing = false;
+  }
+  auto all_finished = [&] { return finished.load(std::memory_order_seq_cst) == joined; };
+  if (joined != 0 && !all_finished()) {
+    const auto drained = std::chrono::steady_clock::now();
+    wait_for(all_finished, done, done_sleepers, caller_spin);
+    // Late: waited longer than a wake-up and than its own work. A running worker
+    // finishes its last task within about one task's time of the caller.
+    last_end = std::chrono::steady_clock::now();
+    if (last_end - drained > std::chrono::microseconds(500) + (drained - start)) {
+      back_off(last_end);
+      return;
+    }
+  } else {
+    last_end = std::chrono::steady_clock::now();
+  }
+  if (!missing && ++on_time >= 256) {
+    if (backoff > backoff_min) backoff /= 2;
+    on_time = 0;
+  }
+}
+
+SLM_INLINE void detail::pool_state::back_off(std::chrono::steady_clock::time_point now) noexcept {
+  solo_until = now + backoff;
+  backoff = backoff < backoff_max ? backoff * 2 : backoff_max;
+  on_time = 0;
+  missing = false;
 }
 
 SLM_INLINE bool detail::pool_state::is_worker_thread() const noexcept {
