@@ -481,15 +481,19 @@ TEST(ThreadPool, CallerTakesOverTheTasksOfAStuckWorker) {
   std::atomic<std::size_t> done{0};
   std::atomic<bool> stuck_one{false};
   std::atomic<bool> gave_up{false};
+  // The first task a worker takes in a run: it holds on until every other task is done
+  // (at most 2 s) and says whether they all were.
+  auto first_worker_task = [&] { return !pthread_equal(pthread_self(), caller) && !stuck_one.exchange(true); };
+  auto stuck_until_the_others_are_done = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (done.load() < n - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    return done.load() >= n - 1;
+  };
   for (int r = 0; r < 20; ++r) {
     done.store(0);
     stuck_one.store(false);
     pool.run(n, [&](std::size_t) {
-      if (!pthread_equal(pthread_self(), caller) && !stuck_one.exchange(true)) {
-        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-        while (done.load() < n - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-        if (done.load() < n - 1) gave_up.store(true);
-      }
+      if (first_worker_task() && !stuck_until_the_others_are_done()) gave_up.store(true);
       done.fetch_add(1);
     });
     EXPECT_EQ(done.load(), n);
@@ -502,9 +506,8 @@ TEST(ThreadPool, CallerTakesOverTheTasksOfAStuckWorker) {
   done.store(0);
   stuck_one.store(false);
   pool.run(n, [&](std::size_t) {
-    if (!pthread_equal(pthread_self(), caller) && !stuck_one.exchange(true)) {
-      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-      while (done.load() < n - 1 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    if (first_worker_task()) {
+      stuck_until_the_others_are_done();
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     done.fetch_add(1);

@@ -194,7 +194,10 @@ class nam56r_model : public movable_model<nam56r_model> {
   };
 
   status norm_of(rms_norm& n, const std::string& name) const;
-  status load_attn(attn_layer& a, const std::string& prefix, bool dsa, bool norm_required) const;
+  // An attention layer under prefix; without an input norm only where config.json's list
+  // `bare_key` (bare) names `index`: a missing norm is never taken for "no norm".
+  status load_attn(attn_layer& a, const std::string& prefix, bool dsa, const std::vector<std::size_t>& bare,
+                   std::size_t index, std::string_view bare_key) const;
 
   status load_weights();
 
@@ -679,9 +682,15 @@ SLM_INLINE status nam56r_model::norm_of(rms_norm& n, const std::string& name) co
 }
 
 SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& prefix, bool dsa,
-                                          bool norm_required) const {
-  if (norm_required) {  // else declared bare: a stored norm stays unbound and is reported
-    SLM_TRY(norm_of(a.norm, prefix + ".input_layernorm.weight"));
+                                          const std::vector<std::size_t>& bare, std::size_t index,
+                                          std::string_view bare_key) const {
+  const std::string norm = prefix + ".input_layernorm.weight";
+  if (std::find(bare.begin(), bare.end(), index) == bare.end()) {  // else a stored norm stays unbound and is reported
+    if (!ck_->find(norm))
+      return make_error(errc::not_found, ck_->dir().string(), ": no tensor named '", norm,
+                        "' (an attention layer stored without its input norm must be listed in config.json's \"",
+                        bare_key, "\")");
+    SLM_TRY(norm_of(a.norm, norm));
     a.has_norm = true;
   }
   auto at = attention::load_megatron(*ck_, prefix + ".self_attention", cfg_.mla(dsa));
@@ -721,13 +730,7 @@ SLM_INLINE status nam56r_model::load_weights() {
       case nam56r_layer_kind::dsa: {
         attn_layer a;
         const bool dsa = l.kind == nam56r_layer_kind::dsa;
-        const auto& bare = cfg_.attention_layers_without_input_norm;
-        const bool declared_bare = std::find(bare.begin(), bare.end(), i) != bare.end();
-        if (!declared_bare && !ck.find(p + ".input_layernorm.weight"))
-          return make_error(errc::not_found, ck.dir().string(), ": no tensor named '", p,
-                            ".input_layernorm.weight' (an attention layer stored without its input norm must be "
-                            "listed in config.json's \"attention_layers_without_input_norm\")");
-        SLM_TRY(load_attn(a, p, dsa, !declared_bare));
+        SLM_TRY(load_attn(a, p, dsa, cfg_.attention_layers_without_input_norm, i, "attention_layers_without_input_norm"));
         if (dsa && cfg_.dsa_index_cache == "causal") {
           const auto& full = cfg_.dsa_index_cache_full_ranks;
           a.publishes_index = std::find(full.begin(), full.end(), dsa_rank) != full.end();
@@ -791,16 +794,8 @@ SLM_INLINE status nam56r_model::load_weights() {
     auto eh = load_linear(ck, p + ".eh_proj", d, 2 * d);
     if (!eh.ok()) return std::move(eh).take_error();
     t.eh_proj = std::move(*eh);
-    {  // as the main stack: no input norm only where config.json declares it
-      const std::string a = p + ".mtp_model_layer.layers.0";
-      const auto& bare = cfg_.mtp_attention_layers_without_input_norm;
-      const bool declared_bare = std::find(bare.begin(), bare.end(), k) != bare.end();
-      if (!declared_bare && !ck.find(a + ".input_layernorm.weight"))
-        return make_error(errc::not_found, ck.dir().string(), ": no tensor named '", a,
-                          ".input_layernorm.weight' (an MTP attention layer stored without its input norm must be "
-                          "listed in config.json's \"mtp_attention_layers_without_input_norm\")");
-      SLM_TRY(load_attn(t.attn, a, false, !declared_bare));
-    }
+    SLM_TRY(load_attn(t.attn, p + ".mtp_model_layer.layers.0", false, cfg_.mtp_attention_layers_without_input_norm, k,
+                      "mtp_attention_layers_without_input_norm"));
     const std::string mlp = p + ".mtp_model_layer.layers.1.mlp";
     SLM_TRY(norm_of(t.mlp_norm, mlp + ".linear_fc1.layer_norm_weight"));
     auto f = feed_forward::load_plain(ck, mlp + ".linear_fc1", mlp + ".linear_fc2", d, cfg_.ffn_hidden_size,
