@@ -52,9 +52,9 @@
 #include <vector>
 
 #include "slm/ensemble/ensemble.hpp"
-#include "slm/json.hpp"
-#include "slm/parallel.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/json.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace {
 

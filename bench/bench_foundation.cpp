@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "slm/probes.hpp"
+#include "slm/kernels/probes.hpp"
 #include "slm/slm.hpp"
 
 namespace {

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "slm/probes.hpp"
-#include "slm/cpu.hpp"
-#include "slm/kernel_bench.hpp"
-#include "slm/matmul.hpp"
+#include "slm/kernels/probes.hpp"
+#include "slm/core/cpu.hpp"
+#include "slm/kernels/kernel_bench.hpp"
+#include "slm/kernels/matmul.hpp"
 #include "slm/slm.hpp"
 
 namespace {
@@ -31,7 +31,7 @@ std::size_t env_size(const char* name, std::size_t fallback) {
   return v && *v ? static_cast<std::size_t>(std::strtoull(v, nullptr, 10)) : fallback;
 }
 
-// Valid, varied weight copies from the library's generator (kernel_bench.hpp), the same
+// Valid, varied weight copies from the library's generator (kernels/kernel_bench.hpp), the same
 // ones `slm bench --kernels` measures.
 slm::synthetic_weights make_weights(slm::weight_format f, std::size_t N, std::size_t K, std::size_t min_total) {
   auto w = slm::make_synthetic_weights(f, N, K, min_total, *g_pool);
@@ -112,7 +112,7 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
-  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; matmul_w4a8.hpp). GFLOP/s are
+  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; kernels/matmul_w4a8.hpp). GFLOP/s are
   // "effective" (2 N K n_tok per call) and still divided by the f32 FMA probe.
   const char* w4a8_isa = slm::w4a8_accelerated(best) ? "vnni" : "scalar";
   for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4}) {
@@ -131,7 +131,7 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
-  // The opt-in bf16-activation path (vdpbf16ps; matmul_bf16.hpp).
+  // The opt-in bf16-activation path (vdpbf16ps; kernels/matmul_bf16.hpp).
   const char* a16_isa = slm::bf16_activations_accelerated(best) ? "avx512bf16" : "rounded";
   for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4, weight_format::bf16}) {
     for (const shape& s : gemv_shapes) {

@@ -35,10 +35,10 @@
 #include <string_view>
 #include <vector>
 
-#include "slm/convert.hpp"
-#include "slm/model.hpp"
-#include "slm/probes.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/formats/convert.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/kernels/probes.hpp"
+#include "slm/io/safetensors.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// MTP self-speculative decoding (slm/speculative.hpp) against plain greedy decoding on a
+// MTP self-speculative decoding (slm/generate/speculative.hpp) against plain greedy decoding on a
 // NAM56R checkpoint: per draft length k (1 .. the model's MTP depths), the acceptance
 // rate, the tokens emitted per main-model forward, and the wall-clock speedup over plain
 // greedy decoding of the same tokens measured in the same run (the outputs are checked
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "slm/nam56r.hpp"
-#include "slm/parallel.hpp"
-#include "slm/speculative.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/generate/speculative.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace {
 

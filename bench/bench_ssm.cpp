@@ -33,11 +33,11 @@
 #include <string>
 #include <vector>
 
-#include "slm/mamba2.hpp"
-#include "slm/mamba3.hpp"
-#include "slm/numeric.hpp"
-#include "slm/probes.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/layers/mamba2.hpp"
+#include "slm/layers/mamba3.hpp"
+#include "slm/core/numeric.hpp"
+#include "slm/kernels/probes.hpp"
+#include "slm/io/safetensors.hpp"
 
 namespace {
 

@@ -20,12 +20,12 @@
 #include <string>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/mapped_file.hpp"
-#include "slm/parallel.hpp"
-#include "slm/probes.hpp"
-#include "slm/regex.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/json.hpp"
+#include "slm/io/mapped_file.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/kernels/probes.hpp"
+#include "slm/text/regex.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-# slm::compiled: the compiled mode (see include/slm/build_mode.hpp). One static library
+# slm::compiled: the compiled mode (see include/slm/core/build_mode.hpp). One static library
 # of a few translation units (src/<unit>.cpp), each defining once what the headers only
 # declare for its users. Users get SLM_COMPILED_LIB through the target, so every file
 # that links slm::compiled sees the declarations only.

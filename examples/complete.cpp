@@ -11,8 +11,8 @@
 // It is also the yardstick of what slm costs a host to compile (bench/README.md, "Build
 // and test time"): it is built header-only (example_complete) and against the compiled
 // library (example_complete_compiled), and ctest runs both.
-#include <slm/generate.hpp>
-#include <slm/nam56r.hpp>
+#include <slm/generate/generator.hpp>
+#include <slm/models/nam56r/model.hpp>
 
 #include <cstdio>
 #include <cstdlib>

@@ -33,15 +33,15 @@
 #include <string_view>
 #include <vector>
 
-#include "slm/convert.hpp"
+#include "slm/formats/convert.hpp"
 #include "slm/ensemble/ensemble.hpp"
-#include "slm/kernel_bench.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/nanochat.hpp"
+#include "slm/kernels/kernel_bench.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/models/nanochat/model.hpp"
 #include "slm/slm.hpp"
-#include "slm/speculative.hpp"
-#include "slm/generate.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/generate/speculative.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace {
 

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "slm/slm.hpp"
-#include "slm/specialist.hpp"
-#include "slm/speculative.hpp"
+#include "slm/models/specialist.hpp"
+#include "slm/generate/speculative.hpp"
 
 // The C++ specialist of the ensemble, in any weight format (pass slm::format::nvfp4 to
 // insist on the shipped NVFP4 weights).

@@ -1,4 +1,4 @@
-// Fuzz target: generator state files (generate.hpp, generator_file) over hostile bytes,
+// Fuzz target: generator state files (generate/generator.hpp, generator_file) over hostile bytes,
 // as generator::load reads them: generator_file::parse for the golden llama model's
 // logit rows, then the session's load of the blob the file carries.
 // Each input is tried as it is and with its total size and checksum patched to match, so
@@ -21,9 +21,9 @@
 #include <span>
 #include <vector>
 
-#include "slm/generate.hpp"
-#include "slm/model.hpp"
-#include "slm/parallel.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/core/parallel.hpp"
 
 #ifndef SLM_TEST_DATA_DIR
 #error "SLM_TEST_DATA_DIR must name tests/data (fuzz/CMakeLists.txt defines it)"
@@ -63,7 +63,7 @@ struct fixture {
     for (std::int32_t id : p->history) check(id >= 0 && static_cast<std::size_t>(id) < rows);
     check((p->rng[0] | p->rng[1] | p->rng[2] | p->rng[3]) != 0);
     check(slm::state_format::blob_position(p->session) == n);
-    // The same parts written again (the layout generate.hpp documents, encoded here
+    // The same parts written again (the layout generate/generator.hpp documents, encoded here
     // independently of the writer) are the same bytes.
     std::vector<std::byte> again;
     auto put = [&](const void* src, std::size_t len) {

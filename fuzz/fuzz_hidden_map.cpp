@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "slm/ensemble/hidden_map.hpp"
-#include "slm/parallel.hpp"
+#include "slm/core/parallel.hpp"
 
 namespace {
 void check(bool ok) {

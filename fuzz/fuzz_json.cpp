@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "slm/json.hpp"
+#include "slm/io/json.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "slm/json.hpp"
-#include "slm/model_config.hpp"
-#include "slm/rope.hpp"
+#include "slm/io/json.hpp"
+#include "slm/models/hf/config.hpp"
+#include "slm/layers/rope.hpp"
 
 namespace {
 void check(bool ok) {

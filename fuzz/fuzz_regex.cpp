@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "slm/regex.hpp"
-#include "slm/unicode.hpp"
+#include "slm/text/regex.hpp"
+#include "slm/text/unicode.hpp"
 
 namespace {
 void check(bool ok) {

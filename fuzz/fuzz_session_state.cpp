@@ -1,8 +1,8 @@
-// Fuzz target: session::load (model.hpp) over hostile session-state blobs, into sessions
+// Fuzz target: session::load (models/hf/model.hpp) over hostile session-state blobs, into sessions
 // of three golden models that cover every decoder record kind: llama (GQA), deepseek_v32
 // (MLA + DSA indexer keys) and nemotron_h (Mamba-2 with rollback history, GQA, empty
 // slots), and of the tiny NAM56R model (tests/data/nam56r/tiny: MLA + DSA, Mamba-3,
-// M2RNN, empty MoE slots, MTP depths, the token history; nam56r.hpp).
+// M2RNN, empty MoE slots, MTP depths, the token history; models/nam56r/model.hpp).
 // Each input is tried as it is and with its total size and checksum patched to match, so
 // that mutations reach the layer record parsers instead of stopping at the checksum.
 // Invariants (violations trap, no abort()):
@@ -20,9 +20,9 @@
 #include <span>
 #include <vector>
 
-#include "slm/model.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/parallel.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/core/parallel.hpp"
 
 #ifndef SLM_TEST_DATA_DIR
 #error "SLM_TEST_DATA_DIR must name tests/data (fuzz/CMakeLists.txt defines it)"

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
-#include "slm/detokenizer.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/text/detokenizer.hpp"
+#include "slm/text/tokenizer.hpp"
 
 #ifndef SLM_TEST_DATA_DIR
 #error "SLM_TEST_DATA_DIR must name tests/data (fuzz/CMakeLists.txt defines it)"

@@ -1,5 +1,5 @@
 // src/ensemble.cpp - the compiled library's ensemble unit: registry, routers, strategies and converters.
-// Defines, once, what the headers below only declare in compiled mode (slm/build_mode.hpp).
+// Defines, once, what the headers below only declare in compiled mode (slm/core/build_mode.hpp).
 #define SLM_UNIT_ENSEMBLE 1
 
 #include "slm/ensemble/config.hpp"

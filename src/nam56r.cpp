@@ -1,22 +1,22 @@
 // src/nam56r.cpp - the compiled library's nam56r unit: the NAM56R specialist and the nanochat lineage.
-// Defines, once, what the headers below only declare in compiled mode (slm/build_mode.hpp).
+// Defines, once, what the headers below only declare in compiled mode (slm/core/build_mode.hpp).
 #define SLM_UNIT_NAM56R 1
 
-#include "slm/mamba3.hpp"
-#include "slm/m2rnn.hpp"
-#include "slm/ngram_embedding.hpp"
-#include "slm/structure_embedding.hpp"
-#include "slm/engram.hpp"
-#include "slm/mhc.hpp"
-#include "slm/nam56r_pattern.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/nanochat_mamba.hpp"
-#include "slm/nanochat.hpp"
-#include "slm/speculative.hpp"
-#include "slm/specialist.hpp"
+#include "slm/layers/mamba3.hpp"
+#include "slm/layers/m2rnn.hpp"
+#include "slm/layers/ngram_embedding.hpp"
+#include "slm/layers/structure_embedding.hpp"
+#include "slm/layers/engram.hpp"
+#include "slm/layers/mhc.hpp"
+#include "slm/models/nam56r/pattern.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/models/nanochat/mamba.hpp"
+#include "slm/models/nanochat/model.hpp"
+#include "slm/generate/speculative.hpp"
+#include "slm/models/specialist.hpp"
 
-#include "slm/generate.hpp"
+#include "slm/generate/generator.hpp"
 
-// The generators of these models' sessions (slm/generator_instances.hpp).
+// The generators of these models' sessions (slm/generate/generator_instances.hpp).
 template class slm::generator<slm::nam56r_model::session>;
 template class slm::generator<slm::nanochat_model::session>;

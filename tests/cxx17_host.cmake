@@ -1,5 +1,5 @@
 # ctest driver: a host compiled as C++17 gets one clear error from slm, not pages of
-# template errors (slm/build_mode.hpp).
+# template errors (slm/core/build_mode.hpp).
 #   cmake -DCXX=... -DINCLUDE_DIR=... -DSOURCE=... -P cxx17_host.cmake
 foreach(v CXX INCLUDE_DIR SOURCE)
   if(NOT DEFINED ${v})

@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "slm/attention.hpp"
-#include "slm/numeric.hpp"
+#include "slm/layers/attention.hpp"
+#include "slm/core/numeric.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -17,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "slm/checkpoint.hpp"
-#include "slm/generate.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {

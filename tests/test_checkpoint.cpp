@@ -1,6 +1,6 @@
 // Checkpoint directories: single file, sharded through an index, several files without
 // an index, optional JSON files, and the ways a directory can be broken.
-#include "slm/checkpoint.hpp"
+#include "slm/io/checkpoint.hpp"
 
 #include <gtest/gtest.h>
 

@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/json.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,7 +1,7 @@
 // slm quantize's engine: a checkpoint directory converted to ModelOpt NVFP4 / MXFP4 /
 // FP8 or to BF16, checked by loading the result through the quantized-layout loader
 // and comparing with the quantizer run directly on the original weights.
-#include "slm/convert.hpp"
+#include "slm/formats/convert.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <map>
 #include <random>
 
-#include "slm/model.hpp"
-#include "slm/nam56r.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/models/nam56r/model.hpp"
 
 #include "test_helpers.hpp"
 
@@ -545,7 +545,7 @@ TEST(ConvertInclude, NeverNormsRoutersIndexerOrExcluded) {
   ASSERT_TRUE(m.ok()) << m.error().message();
 }
 
-// The Hugging Face path (model.embed_tokens gathered by model.hpp, lm_head a linear):
+// The Hugging Face path (model.embed_tokens gathered by models/hf/model.hpp, lm_head a linear):
 // the llama golden checkpoint with --quantize-embeddings' patterns.
 TEST(ConvertInclude, LlamaEmbedTokensAndLmHead) {
   const fs::path src = slm_test::test_data("golden/hf/llama");

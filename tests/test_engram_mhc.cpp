@@ -1,4 +1,4 @@
-// Engram (slm/engram.hpp) and mHC (slm/mhc.hpp), the nanochat-lineage branch modules.
+// Engram (slm/layers/engram.hpp) and mHC (slm/layers/mhc.hpp), the nanochat-lineage branch modules.
 //
 // Golden data made by nanochat's own code (tests/data/golden/nam56r/nanochat_engram__*,
 // nanochat_mhc__*; the JSON beside each names the oracle commit and config). The golden
@@ -29,9 +29,9 @@
 #include <utility>
 #include <vector>
 
-#include "slm/engram.hpp"
-#include "slm/mhc.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/layers/engram.hpp"
+#include "slm/layers/mhc.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -16,7 +16,7 @@
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/refine.hpp"
 #include "slm/ensemble/vote.hpp"
-#include "slm/parallel.hpp"
+#include "slm/core/parallel.hpp"
 #include "test_helpers.hpp"
 
 namespace se = slm::ensemble;

@@ -27,8 +27,8 @@
 #include "slm/ensemble/hidden_map.hpp"
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/vocab_align.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -19,9 +19,9 @@
 #include "slm/ensemble/cross_speculative.hpp"
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/mixing.hpp"
-#include "slm/parallel.hpp"
-#include "slm/sampling.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {

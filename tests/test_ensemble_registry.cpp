@@ -22,7 +22,7 @@
 
 #include "slm/ensemble/config.hpp"
 #include "slm/ensemble/registry.hpp"
-#include "slm/generate.hpp"
+#include "slm/generate/generator.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,10 +1,10 @@
 // Formats as policies: a layer written once against the weight_format_policy concept,
 // instantiated at compile time by name and at run time through visit_format.
-#include "slm/formats.hpp"
+#include "slm/formats/policies.hpp"
 
 #include <gtest/gtest.h>
 
-#include "slm/quantize.hpp"
+#include "slm/formats/quantize.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// Generation (slm/generate.hpp) over real sessions: the golden Llama and Nemotron-H
+// Generation (slm/generate/generator.hpp) over real sessions: the golden Llama and Nemotron-H
 // models (transformers' random tiny checkpoints) and the tiny NAM56R, with a byte-level
 // tokenizer built here over their 320-row heads (rows past it are padding and must never
 // be sampled). Checks: greedy = a hand-written argmax loop; same seed, same text; a
@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "slm/generate.hpp"
-#include "slm/model.hpp"
-#include "slm/nam56r.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/models/nam56r/model.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -324,7 +324,7 @@ TEST(Generate, StateFilesAreCheckedWhole) {
     ASSERT_TRUE(v1.ok());
     EXPECT_TRUE(refused(*v1, slm::errc::unsupported, {"slm.generator.v1", "save the state again"}));
   }
-  {  // a session's own state file (session_file.hpp) is not a generator's
+  {  // a session's own state file (io/session_file.hpp) is not a generator's
     const auto p = dir.path() / "session.state";
     ASSERT_TRUE(slm::save_state_file(twin.session(), p).ok());
     EXPECT_TRUE(slm_test::fails_with(target.load(p), fe, {"a session's state"}));

@@ -12,9 +12,9 @@
 #include <map>
 #include <set>
 
-#include "slm/checkpoint.hpp"
-#include "slm/numeric.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/core/numeric.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace fs = std::filesystem;

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "slm/parallel.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/status.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm_test {
 

@@ -1,6 +1,6 @@
-// Tests for slm/json.hpp: the strict RFC 8259 reader, its error messages and limits,
+// Tests for slm/io/json.hpp: the strict RFC 8259 reader, its error messages and limits,
 // exact 64-bit integers, and the writer's round trip. Built with and without exceptions.
-#include "slm/json.hpp"
+#include "slm/io/json.hpp"
 
 #include <gtest/gtest.h>
 

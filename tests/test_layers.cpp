@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "slm/model.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The M2RNN mixer (slm/m2rnn.hpp).
+// The M2RNN mixer (slm/layers/m2rnn.hpp).
 //
 // The scan against cppmega's own code (tests/data/golden/nam56r/cppmega_m2rnn_scan__scan:
 // `_softplus_decay_gate`, `_torch_m2rnn_forward` from a zero state and from in/h0, B = 2,
@@ -26,8 +26,8 @@
 #include <string>
 #include <vector>
 
-#include "slm/m2rnn.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/layers/m2rnn.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

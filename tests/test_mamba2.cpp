@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/mamba2.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/io/json.hpp"
+#include "slm/layers/mamba2.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

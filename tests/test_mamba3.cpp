@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/mamba3.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/io/json.hpp"
+#include "slm/layers/mamba3.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

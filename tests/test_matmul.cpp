@@ -22,11 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "slm/cpu.hpp"
-#include "slm/matmul.hpp"
-#include "slm/numeric.hpp"
-#include "slm/parallel.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/core/cpu.hpp"
+#include "slm/kernels/matmul.hpp"
+#include "slm/core/numeric.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// matmul with bf16 activations (matmul_bf16.hpp): nvfp4 / mxfp4 / bf16 weights times
+// matmul with bf16 activations (kernels/matmul_bf16.hpp): nvfp4 / mxfp4 / bf16 weights times
 // activations rounded to bf16 once per call.
 //
 // Error bounds. Let xb_k = bf16(x_k) (detail::a16::to_bf16: RNE, f32 subnormals to zero),
@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "slm/cpu.hpp"
-#include "slm/matmul.hpp"
-#include "slm/matmul_bf16.hpp"
-#include "slm/numeric.hpp"
-#include "slm/parallel.hpp"
+#include "slm/core/cpu.hpp"
+#include "slm/kernels/matmul.hpp"
+#include "slm/kernels/matmul_bf16.hpp"
+#include "slm/core/numeric.hpp"
+#include "slm/core/parallel.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -229,7 +229,7 @@ TEST(MatmulBf16Activations, RoundingAgrees) {
 #endif
 }
 
-// A realistic decode GEMV and prefill GEMM: the error figures in matmul_bf16.hpp's
+// A realistic decode GEMV and prefill GEMM: the error figures in kernels/matmul_bf16.hpp's
 // comment (printed), and the bound asserted.
 TEST(MatmulBf16Activations, ErrorOnRealisticGemv) {
   std::mt19937 rng(2024);

@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "slm/convert.hpp"
-#include "slm/model.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/formats/convert.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace {

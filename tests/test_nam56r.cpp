@@ -1,4 +1,4 @@
-// The NAM56R model (Megatron lineage, slm/nam56r.hpp): a random checkpoint in the
+// The NAM56R model (Megatron lineage, slm/models/nam56r/model.hpp): a random checkpoint in the
 // canonical format at small dimensions (every layer kind, DSA with a sparse top-k, MoE,
 // Mamba-3 MIMO, M2RNN, n-gram hash, 2 MTP depths) checked for prefill == decode == chunked
 // prefill, exact rollback, MTP prefill == step; MoE routing and the DSA top-k against plain
@@ -22,13 +22,13 @@
 #include <type_traits>
 #include <vector>
 
-#include "slm/convert.hpp"
-#include "slm/model.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/nanochat.hpp"
-#include "slm/specialist.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/session_file.hpp"
+#include "slm/formats/convert.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/models/nanochat/model.hpp"
+#include "slm/models/specialist.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/io/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace fs = std::filesystem;

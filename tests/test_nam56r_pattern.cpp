@@ -1,4 +1,4 @@
-// The NAM56R pattern language (slm/nam56r_pattern.hpp; spec nam56r.md §1.1, §1.2, §4.1).
+// The NAM56R pattern language (slm/models/nam56r/pattern.hpp; spec nam56r.md §1.1, §1.2, §4.1).
 //
 //  * The production expansion (AEMEAEMEAEMR tiled to 52, DSA A-ranks 1,2,3,5,6,7,9,10,11,
 //    R layers 12,24,36,48, 2 MTP depths) equals the spec's §1.2 table layer by layer:
@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "slm/nam56r_pattern.hpp"
-#include "slm/status.hpp"
+#include "slm/models/nam56r/pattern.hpp"
+#include "slm/core/status.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// The nanochat-lineage GPT (slm/nanochat.hpp) and its Mamba2Layer (slm/nanochat_mamba.hpp).
+// The nanochat-lineage GPT (slm/models/nanochat/model.hpp) and its Mamba2Layer (slm/models/nanochat/mamba.hpp).
 //
 // Golden data made by apstenku123/nanochat's own code in f32 on CPU (tests/data/golden/
 // nam56r/nanochat_*; each JSON note names the oracle commit, the config and the calls;
@@ -32,9 +32,9 @@
 #include <utility>
 #include <vector>
 
-#include "slm/nanochat.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/session_file.hpp"
+#include "slm/models/nanochat/model.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/io/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,5 +1,5 @@
 // NAM56R input-side extras: the n-gram hash embedding and the structure embedding
-// (include/slm/ngram_embedding.hpp, include/slm/structure_embedding.hpp) against cppmega's
+// (include/slm/layers/ngram_embedding.hpp, include/slm/layers/structure_embedding.hpp) against cppmega's
 // own modules (tests/data/golden/nam56r/cppmega_ngram_hash__*, cppmega_structure_embedding__*).
 #include <gtest/gtest.h>
 
@@ -16,10 +16,10 @@
 #include <utility>
 #include <vector>
 
-#include "slm/ngram_embedding.hpp"
-#include "slm/recurrent_cache.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/structure_embedding.hpp"
+#include "slm/layers/ngram_embedding.hpp"
+#include "slm/layers/recurrent_cache.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/layers/structure_embedding.hpp"
 #include "test_helpers.hpp"
 
 namespace {

@@ -1,4 +1,4 @@
-// Tests for slm/numeric.hpp: decoders exhaustively, encoders against an independent
+// Tests for slm/core/numeric.hpp: decoders exhaustively, encoders against an independent
 // reference.
 //
 // The reference knows values, not bit layouts. A format is the ascending list of its
@@ -15,7 +15,7 @@
 // spec's tables and examples. Setting SLM_NUMERIC_EXHAUSTIVE=1 also walks all 2^32
 // patterns for every encoder (about 6 CPU-minutes in an optimized build, spread over
 // all cores; skipped otherwise, as it is far too slow at -O0 or under sanitizers).
-#include "slm/numeric.hpp"
+#include "slm/core/numeric.hpp"
 
 #include <gtest/gtest.h>
 

@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "slm/checkpoint.hpp"
-#include "slm/numeric.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/core/numeric.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace st = slm::safetensors;

@@ -2,14 +2,14 @@
 // built from ModelOpt, compressed-tensors, DeepSeek FP8 and gpt-oss tensors. The same
 // stored NVFP4 data (ModelOpt's golden m1 case) is written in both the ModelOpt and the
 // compressed-tensors convention, and both must dequantize to ModelOpt's values.
-#include "slm/quant_config.hpp"
+#include "slm/formats/quant_config.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "slm/dequantize.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/formats/dequantize.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 using slm::dtype;

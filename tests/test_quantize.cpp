@@ -1,4 +1,4 @@
-// Tests for slm/dequantize.hpp and slm/quantize.hpp.
+// Tests for slm/formats/dequantize.hpp and slm/formats/quantize.hpp.
 //
 // The oracle is NVIDIA ModelOpt itself: tests/data/golden/nvfp4/nvfp4_shared.safetensors
 // holds, for four cases (m0, m1, m2, ties), the f32 weight, ModelOpt's NVFP4 codes,
@@ -14,10 +14,10 @@
 #include <string>
 #include <vector>
 
-#include "slm/dequantize.hpp"
-#include "slm/parallel.hpp"
-#include "slm/quantize.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/formats/dequantize.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/formats/quantize.hpp"
+#include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
 namespace st = slm::safetensors;
@@ -435,7 +435,7 @@ TEST(Nvfp4, NegativeZero) {
   std::vector<float> d(16);
   ASSERT_TRUE(slm::dequantize(w, d).ok());
   for (float v : d) EXPECT_EQ(bits(v), 0u);
-  // numeric.hpp's IEEE decode is -0.0; equal as numbers.
+  // core/numeric.hpp's IEEE decode is -0.0; equal as numbers.
   EXPECT_EQ(bits(slm::e2m1_to_f32(0x8)), 0x8000'0000u);
   EXPECT_EQ(slm::e2m1_to_f32(0x8), d[0]);
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/regex.hpp"
+#include "slm/io/json.hpp"
+#include "slm/text/regex.hpp"
 #include "test_helpers.hpp"
 
 namespace {

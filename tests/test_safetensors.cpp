@@ -1,6 +1,6 @@
 // safetensors: round trips through the writer, every dtype, and one test per way a
 // file can be malformed or hostile, each asserting the specific error.
-#include "slm/safetensors.hpp"
+#include "slm/io/safetensors.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <numeric>
 #include <thread>
 
-#include "slm/atomic_file.hpp"
+#include "slm/io/atomic_file.hpp"
 
 #include "test_helpers.hpp"
 

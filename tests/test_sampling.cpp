@@ -1,4 +1,4 @@
-// Token sampling (slm/sampling.hpp) and stop strings (slm/stop_strings.hpp).
+// Token sampling (slm/generate/sampling.hpp) and stop strings (slm/text/stop_strings.hpp).
 //
 // Each sampler setting is checked statistically: 100k draws with a fixed seed from a small
 // vocabulary, compared with the distribution computed here from the definition (in
@@ -7,8 +7,8 @@
 // p < 1e-4, so the test can fail. Excluded tokens (past top-k, outside top-p, below min-p,
 // banned, padding rows) must never be drawn. The seeds are fixed, so the outcome is
 // deterministic; the thresholds only say how unlikely a pass of a wrong sampler would be.
-#include "slm/sampling.hpp"
-#include "slm/stop_strings.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/text/stop_strings.hpp"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
-// Session state: snapshot / restore, rollback by n tokens, save / load (model.hpp) and the
-// recurrent history behind them (recurrent_cache.hpp), on the golden models of every
+// Session state: snapshot / restore, rollback by n tokens, save / load (models/hf/model.hpp) and the
+// recurrent history behind them (layers/recurrent_cache.hpp), on the golden models of every
 // cache kind: GQA (llama), MLA in both forms (deepseek_v3), MLA + DSA indexer keys
 // (deepseek_v32), Mamba-2 (mamba2) and the hybrids (nemotron_h, granitemoehybrid), each
 // with f32 and bf16 KV caches. Checked:
@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "slm/model.hpp"
-#include "slm/recurrent_cache.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/session_file.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/layers/recurrent_cache.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/io/session_file.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -502,7 +502,7 @@ TEST_P(SessionState, DamagedBlobsAreRejectedAndChangeNothing) {
   EXPECT_EQ(s.position(), 7u);
 }
 
-// save_state_file / load_state_file (session_file.hpp): the file holds exactly save()'s
+// save_state_file / load_state_file (io/session_file.hpp): the file holds exactly save()'s
 // bytes, written through a unique temporary (never a symlink planted at path + ".tmp",
 // issue 18) and renamed, readable by its owner only; a load continues bit for bit; errors
 // name the path and leave the session unchanged.

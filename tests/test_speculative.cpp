@@ -1,9 +1,9 @@
-// Self-speculative decoding with MTP heads (slm/speculative.hpp): greedy output with
+// Self-speculative decoding with MTP heads (slm/generate/speculative.hpp): greedy output with
 // speculation is identical to greedy output without it, on the NAM56R tiny model and on
 // a toy session whose drafts are right or wrong on a known schedule (so acceptance,
 // partial acceptance and rejection are all exercised); and the speculative-sampling rule
 // reproduces the target distribution.
-#include "slm/speculative.hpp"
+#include "slm/generate/speculative.hpp"
 
 #include <gtest/gtest.h>
 
@@ -12,8 +12,8 @@
 #include <random>
 #include <vector>
 
-#include "slm/nam56r.hpp"
-#include "slm/sampling.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/generate/sampling.hpp"
 #include "test_helpers.hpp"
 
 namespace {

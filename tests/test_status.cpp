@@ -1,11 +1,11 @@
 // status / result<T>, message building, error propagation; dtype names and sizes.
-#include "slm/status.hpp"
+#include "slm/core/status.hpp"
 
 #include <gtest/gtest.h>
 
 #include <memory>
 
-#include "slm/dtype.hpp"
+#include "slm/core/dtype.hpp"
 #include "test_helpers.hpp"
 
 using slm::errc;

@@ -1,6 +1,6 @@
-// Tests for slm/parallel.hpp: partitioning, executors, cancellation, thread_pool.
+// Tests for slm/core/parallel.hpp: partitioning, executors, cancellation, thread_pool.
 // Every test is deterministic: nothing depends on timing or on which thread runs what.
-#include "slm/parallel.hpp"
+#include "slm/core/parallel.hpp"
 
 #include <gtest/gtest.h>
 

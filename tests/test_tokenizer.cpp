@@ -15,12 +15,12 @@
 #include <thread>
 #include <vector>
 
-#include "slm/detokenizer.hpp"
-#include "slm/generate.hpp"
-#include "slm/json.hpp"
-#include "slm/mapped_file.hpp"
-#include "slm/text_ops.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/text/detokenizer.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/io/json.hpp"
+#include "slm/io/mapped_file.hpp"
+#include "slm/text/text_ops.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -719,9 +719,9 @@ TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {
 
 }  // namespace
 
-// The NAM56R whitespace conventions (slm/nam56r_text.hpp; spec section 3). No oracle
+// The NAM56R whitespace conventions (slm/models/nam56r/text.hpp; spec section 3). No oracle
 // output exists for either: the expectations are the spec's rules applied by hand.
-#include "slm/nam56r_text.hpp"
+#include "slm/models/nam56r/text.hpp"
 
 namespace {
 

@@ -6,9 +6,9 @@
 #include <sstream>
 #include <string>
 
-#include "slm/json.hpp"
-#include "slm/unicode.hpp"
-#include "slm/unicode_tables.hpp"  // the tables themselves (unicode.hpp includes them only where its code is compiled)
+#include "slm/io/json.hpp"
+#include "slm/text/unicode.hpp"
+#include "slm/text/unicode_tables.hpp"  // the tables themselves (text/unicode.hpp includes them only where its code is compiled)
 #include "test_helpers.hpp"
 
 namespace {

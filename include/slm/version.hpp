@@ -1,6 +1,6 @@
 // slm/version.hpp - the library version (kept in step with CMakeLists.txt's project()).
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #define SLM_VERSION_MAJOR 0
 #define SLM_VERSION_MINOR 1

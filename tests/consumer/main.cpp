@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <vector>
 
-#include <slm/safetensors.hpp>
+#include <slm/io/safetensors.hpp>
 #include <slm/version.hpp>
 
 int main() {

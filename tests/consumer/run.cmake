@@ -82,7 +82,7 @@ endif()
 set(plain ${WORK_DIR}/plain)
 run(${CMAKE_COMMAND} -S ${SLM_SOURCE_DIR} -B ${plain})
 run(${CMAKE_COMMAND} --install ${plain} --prefix ${plain}-prefix)
-foreach(f include/slm/slm.hpp include/slm/generate.hpp share/cmake/slm/slmConfig.cmake
+foreach(f include/slm/slm.hpp include/slm/generate/generator.hpp share/cmake/slm/slmConfig.cmake
           share/cmake/slm/slmConfigVersion.cmake share/cmake/slm/slmTargets.cmake share/pkgconfig/slm.pc)
   if(NOT EXISTS ${plain}-prefix/${f})
     message(FATAL_ERROR "the install after a plain configure lacks ${f}")

@@ -6,7 +6,7 @@ Inputs (spec nam56r.md §4.1):
   * an iter_NNNNNNN/ directory in torch_dist format (.metadata, __*.distcp, common.pt),
   * an iter_NNNNNNN/ directory or model_optim_rng.pt file in the legacy torch format
     (one model-parallel rank only: TP=1, PP=1, EP=1).
-Output: the format of include/slm/nam56r.hpp (see tools/convert/README.md): normalized
+Output: the format of include/slm/models/nam56r/model.hpp (see tools/convert/README.md): normalized
 Megatron key names, dtypes kept, every dimension explicit in config.json.
 
 Usage: convert_megatron.py SRC OUT_DIR [flags]; --help lists the flags and their defaults.

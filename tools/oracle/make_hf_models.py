@@ -15,7 +15,7 @@ model.safetensors (bf16, written by save_pretrained), golden.safetensors and gol
   (greedy continuation of the first P tokens with full forwards only).
 As for the shared goldens, the model is created in bf16, saved, then computed in float32
 (model.float(): the weights are exactly the saved bf16 values; transformers' inv_freq
-buffer keeps its bf16 rounding, see include/slm/rope.hpp).
+buffer keeps its bf16 rounding, see include/slm/layers/rope.hpp).
 
 Cases: qwen2 (q/k/v biases, tied embeddings), mistral (sliding window 16 < T),
 mixtral (softmax top-2 of 4 experts, always renormalized), and mixtral_stacked: the same

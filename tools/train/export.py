@@ -1,5 +1,5 @@
 """Export a tools/train NAM56R model to slm's canonical NAM56R directory:
-config.json (the keys slm reads, include/slm/nam56r.hpp nam56r_config::from_json) and
+config.json (the keys slm reads, include/slm/models/nam56r/model.hpp nam56r_config::from_json) and
 model.safetensors = state_dict() (its names are the canonical names), floating tensors in
 `dtype` (bf16 to ship, f32 for exactness checks), int64 hash buffers as int64. The untied
 head output_layer.weight is written whole, [padded_vocab_size, d]: slm uses its first

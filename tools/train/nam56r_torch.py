@@ -1,20 +1,20 @@
 """NAM56R in PyTorch, for training: the module tree's state_dict() names ARE slm's canonical
-NAM56R checkpoint names (docs: /work/notes/s4/nam56r_schema.md, include/slm/nam56r.hpp), so an
+NAM56R checkpoint names (docs: /work/notes/s4/nam56r_schema.md, include/slm/models/nam56r/model.hpp), so an
 export is config.json + a safetensors of state_dict() (export.py).
 
-The forward computes what slm computes (include/slm/nam56r.hpp and the headers it uses; that
+The forward computes what slm computes (include/slm/models/nam56r/model.hpp and the headers it uses; that
 C++ code is the contract, this file transcribes it):
 
-  h0 = E[x] + NGram(x)                                       (ngram_embedding.hpp)
+  h0 = E[x] + NGram(x)                                       (layers/ngram_embedding.hpp)
   per layer, one pre-norm residual sublayer h += F(h):
-    A  MLA / DSA-MLA(RMSNorm(h))   mla.hpp: no latent norms, adjacent-pair RoPE, scale
-                                   1/sqrt(nope+rope); dsa.hpp: the Megatron lightning indexer,
+    A  MLA / DSA-MLA(RMSNorm(h))   layers/mla.hpp: no latent norms, adjacent-pair RoPE, scale
+                                   1/sqrt(nope+rope); layers/dsa.hpp: the Megatron lightning indexer,
                                    causal top-k with ties to the lower key index
-    E  MoE(RMSNorm(h))             moe.hpp: softmax over all logits -> top-k -> renormalised, or
+    E  MoE(RMSNorm(h))             layers/moe.hpp: softmax over all logits -> top-k -> renormalised, or
                                    sigmoid -> top-k of (s + expert_bias) -> s / (sum + 1e-20);
                                    exact-erf GELU experts fc2(gelu(fc1 x)) + one shared expert
-    M  Mamba3(RMSNorm(RMSNorm(h))) mamba3.hpp, MIMO (chunked form of the trapezoidal recurrence)
-    R  M2RNN(RMSNorm(h))           m2rnn.hpp (a sequential scan: its tanh recurrence has no
+    M  Mamba3(RMSNorm(RMSNorm(h))) layers/mamba3.hpp, MIMO (chunked form of the trapezoidal recurrence)
+    R  M2RNN(RMSNorm(h))           layers/m2rnn.hpp (a sequential scan: its tanh recurrence has no
                                    parallel form)
   logits = output_layer[:vocab_size] . RMSNorm_final(h)
   MTP depth k = 1..D: u = eh_proj[enorm(emb(x_{t+k})); hnorm(h^(k-1)_t)], u += MLA(norm u),
@@ -42,7 +42,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 # ------------------------------------------------------------------------------------------
-# The layer plan (include/slm/nam56r_pattern.hpp)
+# The layer plan (include/slm/models/nam56r/pattern.hpp)
 
 
 def plan_layers(cfg):
@@ -77,7 +77,7 @@ def plan_layers(cfg):
 
 
 class RMSNorm(nn.Module):
-    """y = x / sqrt(mean(x^2) + eps) * weight (norm.hpp, plain weight)."""
+    """y = x / sqrt(mean(x^2) + eps) * weight (layers/norm.hpp, plain weight)."""
 
     def __init__(self, d, eps):
         super().__init__()
@@ -99,13 +99,13 @@ def linear(n_out, n_in):
 
 
 def rope_inv_freq(dim, base):
-    """rope.hpp: 1 / base^(2i/dim) in double, stored as float32."""
+    """layers/rope.hpp: 1 / base^(2i/dim) in double, stored as float32."""
     i = torch.arange(dim // 2, dtype=torch.float64)
     return (1.0 / torch.pow(torch.tensor(base, dtype=torch.float64), 2.0 * i / dim)).float()
 
 
 def rope_cos_sin(T, inv_freq, device, offset=0):
-    """cos, sin [T, dim/2] of the float32 angle pos * inv_freq (as rope.hpp)."""
+    """cos, sin [T, dim/2] of the float32 angle pos * inv_freq (as layers/rope.hpp)."""
     pos = torch.arange(offset, offset + T, device=device, dtype=torch.float32)
     ang = pos[:, None] * inv_freq.to(device)[None, :]
     return torch.cos(ang.double()).float(), torch.sin(ang.double()).float()
@@ -122,11 +122,11 @@ def rope_interleaved(x, cos, sin):
 
 
 def gelu(x):
-    return F.gelu(x)  # exact erf GELU (activation.hpp act_gelu)
+    return F.gelu(x)  # exact erf GELU (layers/activation.hpp act_gelu)
 
 
 # ------------------------------------------------------------------------------------------
-# Attention: MLA (mla.hpp load_megatron) and the Megatron lightning indexer (dsa.hpp)
+# Attention: MLA (layers/mla.hpp load_megatron) and the Megatron lightning indexer (layers/dsa.hpp)
 
 
 class Indexer(nn.Module):
@@ -258,7 +258,7 @@ class AttnLayer(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------
-# MoE (moe.hpp load_megatron)
+# MoE (layers/moe.hpp load_megatron)
 
 
 class _IndexedWeights(nn.Module):
@@ -348,11 +348,11 @@ class MoELayer(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------
-# Mamba-3 MIMO (mamba3.hpp)
+# Mamba-3 MIMO (layers/mamba3.hpp)
 
 
 def mamba3_scan(q, k, v, adt, gam, dlt, chunk=32):
-    """The trapezoidal MIMO recurrence from a zero state, chunked (mamba3.hpp forward()).
+    """The trapezoidal MIMO recurrence from a zero state, chunked (layers/mamba3.hpp forward()).
     q, k [B, T, H, R, N]; v [B, T, H, R, P]; adt = A dt, gam = lambda dt, dlt = (1 - lambda) dt
     [B, T, H]. Returns y [B, T, H, R, P] without the D skip.
     With w_j = gam_j + dlt_{j+1} and c = the in-chunk cumsum of adt:
@@ -400,7 +400,7 @@ mamba3_scan_fn = mamba3_scan
 
 
 def mamba3_scan_reference(q, k, v, adt, gam, dlt):
-    """The recurrence token by token (mamba3.hpp ssm_sequential), for tests."""
+    """The recurrence token by token (layers/mamba3.hpp ssm_sequential), for tests."""
     B, T, H, R, N = q.shape
     P = v.shape[-1]
     S = torch.zeros(B, H, P, N, dtype=torch.float64)
@@ -518,7 +518,7 @@ class Mamba3Layer(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------
-# M2RNN (m2rnn.hpp)
+# M2RNN (layers/m2rnn.hpp)
 
 
 def m2rnn_scan(q, k, v, f, W, h0=None):
@@ -633,7 +633,7 @@ def cuda_graph_m2rnn(model, batch, T):
 
 
 # ------------------------------------------------------------------------------------------
-# N-gram hash embedding (ngram_embedding.hpp)
+# N-gram hash embedding (layers/ngram_embedding.hpp)
 
 _PRIMES = [499801, 499819, 499853, 499879, 499883, 499897, 499903, 499927,
            499943, 499957, 499969, 499973, 499979, 500009, 500029, 500041]

@@ -15,7 +15,7 @@
 // count, and the tokenizer's post-processor adds what it adds (the shipped tokenizer: BOS).
 // score_continuation() is the other half: log-probs of a given continuation, one forward.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -28,13 +28,13 @@
 #include <utility>
 #include <vector>
 
-#include "slm/detokenizer.hpp"
+#include "slm/text/detokenizer.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/generate.hpp"
-#include "slm/sampling.hpp"
-#include "slm/status.hpp"
-#include "slm/stop_strings.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/core/status.hpp"
+#include "slm/text/stop_strings.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
 

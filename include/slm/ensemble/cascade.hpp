@@ -15,7 +15,7 @@
 //   auto r = cascade(members, "int main() {\n  return", {}, cx);   // result<cascade_result>
 //   r->text(); r->exit; r->steps[r->winner].name;
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -26,7 +26,7 @@
 
 #include "slm/ensemble/answer.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/status.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

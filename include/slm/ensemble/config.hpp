@@ -38,7 +38,7 @@
 // (malformed json), not_found (a path that does not exist), invalid_argument (the rest).
 // Adding a key for a router or strategy kind = adding it to the tables below.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <cmath>
 #include <cstdint>
@@ -51,9 +51,9 @@
 #include <utility>
 #include <vector>
 
-#include "slm/json.hpp"
-#include "slm/mapped_file.hpp"
-#include "slm/status.hpp"
+#include "slm/io/json.hpp"
+#include "slm/io/mapped_file.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

@@ -8,7 +8,7 @@
 //           target's distribution after d_j;
 //   accept  greedy: d_{j+1} is kept while it equals the target's choice from row j; the
 //           first row that disagrees (or row m when all are kept) gives the next token.
-//           Sampled: speculative_accept() (speculative.hpp) per draft in order, so every
+//           Sampled: speculative_accept() (generate/speculative.hpp) per draft in order, so every
 //           token is distributed exactly as the target's own sampling (Leviathan et al.
 //           2023; q is the drafter's distribution under the same sampler settings);
 //   undo    the target rolls back the m - j rejected drafts; the drafter, which fed x and
@@ -22,7 +22,7 @@
 // The choice rule is slm::sampler's (temperature 0 = argmax, logit bias and penalties
 // included), applied over the shared vocabulary (padding rows of either head are not read).
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -34,10 +34,10 @@
 
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/mixing.hpp"
-#include "slm/generate.hpp"
-#include "slm/sampling.hpp"
-#include "slm/speculative.hpp"
-#include "slm/status.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/generate/speculative.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

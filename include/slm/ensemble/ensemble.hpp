@@ -26,7 +26,7 @@
 // synchronises itself, every request has its own sessions. Outputs do not depend on what
 // else runs (tested: concurrent requests equal serial ones).
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -58,8 +58,8 @@
 #include "slm/ensemble/router_model.hpp"
 #include "slm/ensemble/router_rules.hpp"
 #include "slm/ensemble/vote.hpp"
-#include "slm/sampling.hpp"
-#include "slm/status.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 
@@ -134,7 +134,7 @@ class ensemble {
 
   // The token-level strategies generate without watching the text: cut it where
   // member_answer (top1) would have stopped - at the stop string that completes first in
-  // the byte stream (the longest of those ending there), which is dropped (stop_strings.hpp).
+  // the byte stream (the longest of those ending there), which is dropped (text/stop_strings.hpp).
   static std::string cut_at_stop(std::string text, std::span<const std::string> stops);
 
   status dispatch(const request& q, response& r, compute_context& cx) const;

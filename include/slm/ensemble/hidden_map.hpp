@@ -25,7 +25,7 @@
 // other families return errc::unsupported here until their sessions expose them.
 // A hidden_map is an immutable value once built; share it across threads freely.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -41,10 +41,10 @@
 
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/vocab_align.hpp"
-#include "slm/linear.hpp"
-#include "slm/matmul.hpp"
-#include "slm/safetensors.hpp"
-#include "slm/status.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/kernels/matmul.hpp"
+#include "slm/io/safetensors.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

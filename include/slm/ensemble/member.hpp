@@ -10,11 +10,11 @@
 //   auto s = m->new_session();                                             // member_session
 //   s.forward(ids, 1, logits.data(), cx);                                  // [1, vocab()]
 //
-// member_session satisfies generation_session (generate.hpp): generator<member_session> runs
+// member_session satisfies generation_session (generate/generator.hpp): generator<member_session> runs
 // any member. A loaded member_model is immutable and may be shared by threads; a session
 // belongs to one thread.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -27,12 +27,12 @@
 #include <variant>
 #include <vector>
 
-#include "slm/checkpoint.hpp"
-#include "slm/model.hpp"
-#include "slm/nam56r.hpp"
-#include "slm/nanochat.hpp"
-#include "slm/status.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/models/hf/model.hpp"
+#include "slm/models/nam56r/model.hpp"
+#include "slm/models/nanochat/model.hpp"
+#include "slm/core/status.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
 

@@ -21,7 +21,7 @@
 //                          the members' rows and samples the mixture with slm::sampler;
 //   routing_weights()      top-1 / top-2 routing from a router's ranking, as mixture weights.
 //
-// Sampling the mixture: sampler (sampling.hpp) takes logits and applies
+// Sampling the mixture: sampler (generate/sampling.hpp) takes logits and applies
 // softmax(logits / temperature) after its processors. Feeding it log p_mix makes
 // temperature 1 sample p_mix exactly; another sampler temperature t samples p_mix^(1/t)
 // renormalised (t = 0: argmax p_mix), and top-k / top-p / min-p / penalties act on the
@@ -30,7 +30,7 @@
 // precision of the double values, so a single member at weight 1 gives exactly its own
 // argmax and ordering.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -43,10 +43,10 @@
 #include <vector>
 
 #include "slm/ensemble/member.hpp"
-#include "slm/generate.hpp"
-#include "slm/linear.hpp"
-#include "slm/sampling.hpp"
-#include "slm/status.hpp"
+#include "slm/generate/generator.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

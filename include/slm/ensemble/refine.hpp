@@ -22,7 +22,7 @@
 //   auto r = refine(shell, cpp, "int main() {\n", {}, cx);   // result<refine_result>
 //   r->text; r->accepted_tokens; r->rewritten;
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -34,7 +34,7 @@
 
 #include "slm/ensemble/answer.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/status.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

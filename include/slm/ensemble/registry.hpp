@@ -36,7 +36,7 @@
 // recency. Sessions and generation run outside the lock on the caller's threads.
 // No global state: every registry is independent.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <charconv>
@@ -54,8 +54,8 @@
 
 #include "slm/ensemble/config.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/status.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/core/status.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
 

@@ -16,7 +16,7 @@
 //   auto r = slm::ensemble::rules_router::with_defaults({"cpp", "cmake", "shell"});
 //   auto d = r->route({.text = prompt, .file_name = "CMakeLists.txt"});  // result<route_decision>
 //   members[d->ranking[0]] ...                                              // d->reason: why
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #ifndef SLM_ENSEMBLE_ROUTER_TYPES_HPP_
 #define SLM_ENSEMBLE_ROUTER_TYPES_HPP_
@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "slm/status.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 
@@ -88,11 +88,11 @@ SLM_INLINE status check_labels(std::span<const std::string> labels) {
 #if !defined(SLM_ENSEMBLE_ROUTER_TYPES_ONLY) && !defined(SLM_ENSEMBLE_ROUTER_HPP_)
 #define SLM_ENSEMBLE_ROUTER_HPP_
 
-#include "slm/buffer.hpp"
+#include "slm/core/buffer.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/linear.hpp"
-#include "slm/parallel.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
 

@@ -16,7 +16,7 @@
 // a JSON array, bucket_bits, min_n, max_n, max_bytes and features "fnv1a-log1p-l2". load()
 // checks all of it: shapes against the metadata, finite weights, the version.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <filesystem>
 
@@ -28,9 +28,9 @@
 #else
 #include "slm/ensemble/router.hpp"
 #endif
-#include "slm/json.hpp"
-#include "slm/mapped_file.hpp"
-#include "slm/safetensors.hpp"
+#include "slm/io/json.hpp"
+#include "slm/io/mapped_file.hpp"
+#include "slm/io/safetensors.hpp"
 
 namespace slm::ensemble {
 

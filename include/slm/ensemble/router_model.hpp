@@ -13,7 +13,7 @@
 // Cost: one prefill of the prompt + cue (at most max_prompt_tokens of the prompt, its end)
 // per label, each a fresh session; the label rows only are computed.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -27,9 +27,9 @@
 #include "slm/ensemble/answer.hpp"
 #include "slm/ensemble/member.hpp"
 #include "slm/ensemble/router.hpp"
-#include "slm/linear.hpp"
-#include "slm/parallel.hpp"
-#include "slm/status.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

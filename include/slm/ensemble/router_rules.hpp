@@ -19,7 +19,7 @@
 //   [{"label": "cmake", "extension": ".cmake"}, {"label": "cpp", "contains": "#include", "weight": 2}]
 // Any other key, an unknown label or a wrong type is an invalid_argument naming the rule.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 // router.hpp's shared types only, not the perplexity router (and so not the models).
 #ifndef SLM_ENSEMBLE_ROUTER_TYPES_ONLY
@@ -29,7 +29,7 @@
 #else
 #include "slm/ensemble/router.hpp"
 #endif
-#include "slm/json.hpp"
+#include "slm/io/json.hpp"
 
 namespace slm::ensemble {
 

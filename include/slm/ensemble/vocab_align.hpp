@@ -49,7 +49,7 @@
 // An alignment holds pointers to its two tokenizers: they must outlive it. It is immutable
 // after build() and may be shared by threads.
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <cmath>
 #include <cstddef>
@@ -62,8 +62,8 @@
 #include <utility>
 #include <vector>
 
-#include "slm/status.hpp"
-#include "slm/tokenizer.hpp"
+#include "slm/core/status.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
 

@@ -9,7 +9,7 @@
 //   auto r = majority_vote(members, "int main() {\n  return", {}, cx);   // result<vote_result>
 //   r->winner().answer; r->winner().votes();
 #pragma once
-#include "slm/build_mode.hpp"
+#include "slm/core/build_mode.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -20,7 +20,7 @@
 
 #include "slm/ensemble/answer.hpp"
 #include "slm/ensemble/member.hpp"
-#include "slm/status.hpp"
+#include "slm/core/status.hpp"
 
 namespace slm::ensemble {
 

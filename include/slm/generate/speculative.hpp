@@ -1,0 +1,301 @@
+// slm/generate/speculative.hpp - self-speculative decoding with a model's own multi-token-prediction
+// heads (NAM56R's MTP depths, spec nam56r.md §2.7), and the speculative-sampling
+// acceptance rule.
+//
+// One round, after the main model has chosen token x_p:
+//   draft   d_1 .. d_m from the MTP heads: draft({x_p}) gives d_1, draft({x_p, d_1}) gives
+//           d_2, ... (depth i + 1 predicts token p + i + 1);
+//   verify  one main forward over the m + 1 positions {x_p, d_1, .., d_m}: row j holds the
+//           main model's distribution after d_j (row 0: after x_p);
+//   accept  greedy: d_{j+1} is kept while it equals row j's greedy pick (the argmax after
+//           the sampler's logit bias and penalties, as plain greedy generation picks);
+//           the first row whose pick differs (or row m when every draft is kept) gives
+//           the next token for free. Sampling: speculative_accept() below, per draft in
+//           order;
+//   undo    rollback(m - j) drops the rejected drafts from every cache (KV rows, Mamba-3
+//           and M2RNN states, n-gram history), so the session_options::rollback_tokens
+//           of the session must be at least m.
+// Greedy speculation therefore emits exactly the tokens plain greedy decoding emits (up to
+// float rounding between one (m + 1)-position forward and m + 1 single steps, which is
+// far below any argmax margin the tests meet); the test holds it to identity.
+//
+// A session drives this through the members mtp_session names; NAM56R's session is one.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "slm/layers/linear.hpp"
+#include "slm/generate/sampling.hpp"
+#include "slm/core/status.hpp"
+
+namespace slm {
+
+template <class S>
+concept mtp_session = requires(S& s, std::span<const std::int32_t> ids, float* logits, compute_context& cx) {
+  { s.forward(ids, std::size_t{}, logits, cx) } -> std::same_as<status>;
+  { s.draft(ids, logits, cx) } -> std::same_as<status>;
+  { s.rollback(std::size_t{}) } -> std::same_as<status>;
+};
+
+namespace detail {
+inline bool is_stop(std::span<const std::int32_t> stops, std::int32_t id) noexcept {
+  return std::find(stops.begin(), stops.end(), id) != stops.end();
+}
+}  // namespace detail
+
+struct speculative_stats {
+  std::size_t generated = 0;      // tokens emitted
+  std::size_t main_forwards = 0;  // main-model forward calls, the prompt's included
+  std::size_t drafted = 0, accepted = 0;
+  double acceptance_rate() const noexcept {
+    return drafted ? static_cast<double>(accepted) / static_cast<double>(drafted) : 0.0;
+  }
+  // Tokens emitted per main forward, the prompt's included (it yields the first token):
+  // 1 without speculation, up to k + 1 with k drafts all accepted.
+  double tokens_per_forward() const noexcept {
+    return main_forwards ? static_cast<double>(generated) / static_cast<double>(main_forwards) : 0.0;
+  }
+};
+
+// Greedy decoding of n tokens after `prompt` (fed from the session's current position),
+// drafting up to `draft_tokens` tokens per round with the MTP heads (0: plain greedy, one
+// main forward per token). Every pick, drafts included, is `smp.sample()` at temperature
+// 0 with the history up to that position (prompt + emitted + earlier drafts), so logit
+// bias, the penalties over the same window, padding rows (vocab_size) and the NaN /
+// +infinity / all-banned errors are exactly plain generation's (generator::step): each
+// emitted token is the one a generator with the same sampler would pick. Errors name the
+// token as generator::generate does ("generate: token i"). Appends the tokens to `out`;
+// the last one is not fed back (as in plain greedy decoding, it needs no forward of its
+// own). A token in `stops` (EOS) ends generation as it ends plain generation, before
+// n tokens: it is the last token appended and, like any last token, not fed, so nothing
+// after it is computed. On an error the tokens so far are in `out` and the session holds
+// every token emitted before the failing call. `smp` must be configured for `vocab` rows
+// with temperature 0.
+template <mtp_session Session>
+status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                           std::size_t vocab, sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                           compute_context& cx, std::span<const std::int32_t> stops = {}) {
+  if (n == 0) return {};
+  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
+  if (smp.config().temperature != 0.0f)
+    return make_error(errc::invalid_argument, "generate_greedy_mtp: the sampler's temperature is ",
+                      smp.config().temperature, ", not 0 (use generate_sampled_mtp)");
+  std::vector<float> row(vocab), draft_logits, verify_logits;
+  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
+  history.insert(history.end(), out.begin(), out.end());
+  const std::size_t first_out = out.size();
+  // The token at `index` (counted from this call's first) after `hist`, from `logits`.
+  auto pick = [&](const float* logits, std::span<const std::int32_t> hist, std::size_t index,
+                  const char* what) -> result<std::int32_t> {
+    auto id = smp.sample(std::span<const float>(logits, vocab), hist);
+    if (!id.ok()) return std::move(id).take_error().with_context(cat("generate: ", what, index));
+    return id;
+  };
+  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
+  ++st.main_forwards;
+  auto first = pick(row.data(), history, 0, "token ");
+  if (!first.ok()) return std::move(first).take_error();
+  std::int32_t x = *first;
+  std::vector<std::int32_t> seq;
+  for (;;) {
+    out.push_back(x);
+    history.push_back(x);
+    ++st.generated;
+    const std::size_t left = n - std::min(n, st.generated);
+    if (left == 0 || detail::is_stop(stops, x)) return {};
+    // At most left - 1 drafts: the round's own next token is then always emitted at the
+    // top of the loop and never fed, so the session ends holding every token but the last.
+    const std::size_t m = std::min(draft_tokens, left - 1);
+    const std::size_t h0 = history.size(), next_index = out.size() - first_out;
+    seq.assign(1, x);
+    draft_logits.resize(m * vocab);
+    for (std::size_t i = 0; i < m; ++i) {  // d_{i+1}: the pick from depth i + 1
+      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
+      auto d = pick(draft_logits.data() + i * vocab, history, next_index + i, "MTP draft of token ");
+      if (!d.ok()) return std::move(d).take_error();
+      seq.push_back(*d);
+      history.push_back(*d);
+    }
+    st.drafted += m;
+    verify_logits.resize((m + 1) * vocab);
+    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
+    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
+    ++st.main_forwards;
+    // Row j's pick sees x, d_1 .. d_j: the history plain decoding has at that token.
+    std::size_t j = 0;
+    std::int32_t next = -1;
+    for (;; ++j) {
+      auto t = pick(verify_logits.data() + j * vocab, std::span<const std::int32_t>(history).first(h0 + j),
+                    next_index + j, "token ");
+      if (!t.ok()) return std::move(t).take_error();
+      if (j == m || *t != seq[j + 1]) {
+        next = *t;
+        break;
+      }
+    }
+    for (std::size_t a = 1; a <= j; ++a) {
+      out.push_back(seq[a]);
+      ++st.generated;
+      ++st.accepted;
+      // A stop among the kept drafts ends it there: the session keeps x .. d_{a-1}.
+      if (detail::is_stop(stops, seq[a])) return s.rollback(m - a + 1);
+    }
+    history.resize(h0 + j);
+    if (m > j) SLM_TRY(s.rollback(m - j));
+    x = next;
+  }
+}
+
+// The same with plain greedy rules (no bias, no penalties, every row a candidate): a
+// sampler_config at temperature 0 with nothing else set.
+template <mtp_session Session>
+status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                           std::size_t vocab, std::vector<std::int32_t>& out, speculative_stats& st,
+                           compute_context& cx, std::span<const std::int32_t> stops = {}) {
+  sampler_config c;
+  c.temperature = 0.0f;
+  sampler smp(std::move(c));
+  return generate_greedy_mtp(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops);
+}
+
+// The speculative-sampling rule for one drafted token (Leviathan et al. 2023, Chen et al.
+// 2023): `token` was drawn from the draft distribution q; it is kept with probability
+// min(1, p(token) / q(token)), else replaced by a draw from max(0, p - q) renormalized.
+// The result is distributed exactly as p. p and q are probabilities over the same
+// vocabulary (each summing to 1); `uniform` returns independent draws in [0, 1).
+// Returns the token to emit; `accepted` says whether it is the draft.
+// A draw from probs (summing to ~1) by the inverse CDF at u in [0, 1), ids in increasing
+// order; zero-probability ids are never drawn (rounding past the end gives the last
+// positive one; -1 only when every probability is 0).
+std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept;
+
+template <class Uniform>
+  requires std::is_invocable_r_v<double, Uniform&>
+std::int32_t speculative_accept(std::span<const float> p, std::span<const float> q, std::int32_t token,
+                                Uniform& uniform, bool& accepted) {
+  const auto t = static_cast<std::size_t>(token);
+  const double pt = t < p.size() ? p[t] : 0.0, qt = t < q.size() ? q[t] : 0.0;
+  accepted = qt > 0.0 && uniform() * qt < pt;  // u < p / q, without dividing by a tiny q
+  if (accepted) return token;
+  double mass = 0.0;  // sum of max(0, p - q)
+  for (std::size_t i = 0; i < p.size(); ++i) mass += std::max(0.0, static_cast<double>(p[i]) - (i < q.size() ? q[i] : 0.0));
+  if (!(mass > 0.0)) {  // p == q up to rounding: any rejection came from rounding; sample p
+    double u = uniform(), c = 0.0;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      if ((c += p[i]) > u) return static_cast<std::int32_t>(i);
+    return static_cast<std::int32_t>(p.size() - 1);
+  }
+  const double u = uniform() * mass;
+  double c = 0.0;
+  std::size_t last = 0;
+  for (std::size_t i = 0; i < p.size(); ++i) {
+    const double r = std::max(0.0, static_cast<double>(p[i]) - (i < q.size() ? q[i] : 0.0));
+    if (r > 0.0) last = i;
+    if ((c += r) > u) return static_cast<std::int32_t>(i);
+  }
+  return static_cast<std::int32_t>(last);
+}
+
+// Sampled decoding of n tokens after `prompt` with MTP drafts: every draft is drawn from
+// the sampler's distribution over the draft head's logits (q), the main model's rows give
+// p (the same sampler settings, the history up to that position), and
+// speculative_accept() keeps or replaces each draft in order; after m accepted drafts the
+// bonus token is drawn from p. So every emitted token is distributed exactly as plain
+// sampling with `smp` would draw it (Leviathan et al. 2023); the random stream differs,
+// so a seed does not give plain sampling's tokens. Penalties see prompt + emitted tokens
+// (+ earlier drafts for later positions). Session contract, `stops` and `out` / error
+// behaviour as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
+template <mtp_session Session, class Sampler>
+status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                            std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                            compute_context& cx, std::span<const std::int32_t> stops = {}) {
+  if (n == 0) return {};
+  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
+  std::vector<float> row(vocab), draft_logits, verify_logits, p;
+  std::vector<std::vector<float>> q;
+  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
+  history.insert(history.end(), out.begin(), out.end());
+  auto uniform = [&smp] { return smp.generator().uniform(); };
+  auto draw = [&](const std::vector<float>& probs) { return draw_inverse_cdf(probs, uniform()); };
+  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
+  ++st.main_forwards;
+  auto first = smp.sample(row, history);
+  if (!first.ok()) return std::move(first).take_error();
+  std::int32_t x = *first;
+  std::vector<std::int32_t> seq;
+  for (;;) {
+    out.push_back(x);
+    history.push_back(x);
+    ++st.generated;
+    const std::size_t left = n - std::min(n, st.generated);
+    if (left == 0 || detail::is_stop(stops, x)) return {};
+    const std::size_t m = std::min(draft_tokens, left - 1);
+    seq.assign(1, x);
+    draft_logits.resize(m * vocab);
+    q.resize(m);
+    const std::size_t h0 = history.size();  // history = prompt + emitted (x included)
+    for (std::size_t i = 0; i < m; ++i) {   // d_{i+1} ~ q_i
+      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
+      SLM_TRY(smp.distribution(std::span<const float>(draft_logits.data() + i * vocab, vocab), history, q[i]));
+      const std::int32_t d = draw(q[i]);
+      if (d < 0) return make_error(errc::invalid_argument, "generate: an empty draft distribution");
+      seq.push_back(d);
+      history.push_back(d);
+    }
+    st.drafted += m;
+    verify_logits.resize((m + 1) * vocab);
+    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
+    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
+    ++st.main_forwards;
+    std::size_t j = 0;
+    std::int32_t next = -1;
+    for (; j < m; ++j) {
+      // the main distribution at position j sees x, d_1 .. d_j
+      SLM_TRY(smp.distribution(std::span<const float>(verify_logits.data() + j * vocab, vocab),
+                               std::span<const std::int32_t>(history).first(h0 + j), p));
+      bool accepted = false;
+      const std::int32_t t = speculative_accept(p, q[j], seq[j + 1], uniform, accepted);
+      if (!accepted) {
+        next = t;
+        break;
+      }
+      out.push_back(seq[j + 1]);
+      ++st.generated;
+      ++st.accepted;
+      // A stop among the kept drafts ends it there: the session keeps x .. d_j.
+      if (detail::is_stop(stops, seq[j + 1])) return s.rollback(m - j);
+    }
+    history.resize(h0 + j);
+    if (m > j) SLM_TRY(s.rollback(m - j));
+    if (next < 0) {  // every draft kept: the bonus token from the last row
+      SLM_TRY(smp.distribution(std::span<const float>(verify_logits.data() + m * vocab, vocab), history, p));
+      next = draw(p);
+      if (next < 0) return make_error(errc::invalid_argument, "generate: an empty distribution");
+    }
+    x = next;
+  }
+}
+
+// ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----
+#if SLM_DEFINE_NAM56R
+
+SLM_INLINE std::int32_t draw_inverse_cdf(std::span<const float> probs, double u) noexcept {
+  double c = 0.0;
+  std::int32_t last = -1;
+  for (std::size_t i = 0; i < probs.size(); ++i) {
+    if (probs[i] > 0.0f) last = static_cast<std::int32_t>(i);
+    if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
+  }
+  return last;
+}
+
+#endif  // SLM_DEFINE_NAM56R
+
+}  // namespace slm

@@ -1,0 +1,135 @@
+// slm/kernels/kernel_bench.hpp - measuring the matmul kernels against this machine's limits.
+//
+// Used by `slm bench --kernels` (and usable from a host that wants to know what a
+// format costs on its hardware). Weights are synthetic but valid for their format
+// (finite dense values, block scales in a normal range), which is all a bandwidth or
+// FLOP measurement needs. GEMV cycles through enough copies of the weights (at least
+// `gemv_bytes`, default 160 MiB, several times a typical last-level cache) that every
+// call streams them from DRAM, as a real decode step does; GEMM reuses one copy.
+//
+//   GEMV figure: weight bytes (codes + scales) per second / read-bandwidth probe
+//   GEMM figure: 2 N K n_tok FLOP per second / f32 FMA probe (bf16 activations: / bf16
+//                dot probe where the CPU has one; int8 activations: still / f32 FMA, there
+//                is no int8 probe)
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "slm/kernels/matmul.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/kernels/probes.hpp"
+#include "slm/core/status.hpp"
+#include "slm/core/tensor.hpp"
+#include "slm/formats/weights.hpp"
+
+namespace slm {
+
+struct synthetic_weights {
+  aligned_buffer buffer;
+  std::vector<weight_matrix> copies;
+  std::size_t bytes_per_copy = 0;  // data + scales of one copy
+};
+
+// `copies` of an N x K matrix of format f, filled from a xorshift generator by the
+// executor's threads (first touch places pages near their readers).
+result<synthetic_weights> make_synthetic_weights(weight_format f, std::size_t n, std::size_t k,
+                                                 std::size_t min_bytes, executor_ref ex);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<synthetic_weights> make_synthetic_weights(weight_format f, std::size_t n, std::size_t k,
+                                                            std::size_t min_bytes, executor_ref ex) {
+  if (k % block_size(f) != 0) return make_error(errc::invalid_argument, "K = ", k, " is not a multiple of the ", to_string(f), " block");
+  synthetic_weights out;
+  const std::size_t data = n * row_bytes(f, k), blocks = block_size(f) > 1 ? n * (k / block_size(f)) : 0;
+  const std::size_t per = (data + blocks + 4095) / 4096 * 4096;
+  const std::size_t count = std::max<std::size_t>(1, (min_bytes + per - 1) / per);
+  auto buf = aligned_buffer::allocate(per * count, 4096);
+  if (!buf.ok()) return std::move(buf).take_error();
+  out.buffer = std::move(*buf);
+  out.bytes_per_copy = data + blocks;
+  auto* words = reinterpret_cast<std::uint64_t*>(out.buffer.data());
+  // Masks keep dense values finite and small: bf16/f16 |v| < 2, f32 |v| < 2, e4m3 < 2.
+  const std::uint64_t mask = f == weight_format::bf16 || f == weight_format::f16 ? 0x3FFF3FFF3FFF3FFFull
+                             : f == weight_format::f32                          ? 0x3FFFFFFF3FFFFFFFull
+                             : f == weight_format::fp8_e4m3                     ? 0x3F3F3F3F3F3F3F3Full
+                                                                                : ~0ull;
+  SLM_TRY(parallel_for(ex, 0, per * count / 8, [&](std::size_t lo, std::size_t hi) {
+    std::uint64_t s = 0x9E3779B97F4A7C15ull * (lo + 1);
+    for (std::size_t i = lo; i < hi; ++i) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      words[i] = s & mask;
+    }
+  }));
+  for (std::size_t c = 0; c < count; ++c) {
+    std::byte* base = out.buffer.data() + c * per;
+    weight_matrix w;
+    w.format = f;
+    w.rows = n;
+    w.cols = k;
+    w.data = base;
+    w.row_stride = row_bytes(f, k);
+    if (blocks) {
+      w.scales = base + data;
+      w.scale_stride = k / block_size(f);
+      for (std::size_t i = 0; i < blocks; ++i) {  // e4m3 0.25 .. 3.5, or e8m0 2^-7 .. 2^8
+        const auto v = static_cast<std::uint8_t>(base[data + i]);
+        base[data + i] = std::byte{static_cast<std::uint8_t>(f == weight_format::nvfp4 ? 0x28 + (v & 0x1F) : 120 + (v & 0x0F))};
+      }
+      w.global = f == weight_format::nvfp4 ? 0.01f : 1.0f;
+    }
+    out.copies.push_back(w);
+  }
+  return out;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+struct kernel_figure {
+  double value = 0;  // GB/s (GEMV) or GFLOP/s (GEMM)
+  double ratio = 0;  // of the probe
+  std::size_t calls = 0;
+};
+
+// Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
+// `act` int8 selects the W4A8 path (kernels/matmul_w4a8.hpp) for nvfp4 / mxfp4, bf16 the
+// bf16-activation path (kernels/matmul_bf16.hpp) for nvfp4 / mxfp4 / bf16.
+result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
+                                     const probe_result& probe, executor_ref ex, double seconds = 0.5,
+                                     std::size_t gemv_bytes = std::size_t(160) << 20,
+                                     activation_precision act = activation_precision::f32);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
+                                                const probe_result& probe, executor_ref ex, double seconds,
+                                                std::size_t gemv_bytes, activation_precision act) {
+  const bool gemv = n_tok == 1;
+  auto w = make_synthetic_weights(f, n, k, gemv ? gemv_bytes : 0, ex);
+  if (!w.ok()) return std::move(w).take_error();
+  std::vector<float> x(n_tok * k), y(n_tok * n);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 13) * 0.1f - 0.6f;
+  SLM_TRY(matmul(w->copies[0], x.data(), n_tok, k, y.data(), n, ex, isa::best, act));  // warm-up
+  kernel_figure fig;
+  const auto t0 = std::chrono::steady_clock::now();
+  double elapsed = 0;
+  while (fig.calls < 3 || elapsed < seconds) {
+    SLM_TRY(matmul(w->copies[fig.calls % w->copies.size()], x.data(), n_tok, k, y.data(), n, ex, isa::best, act));
+    ++fig.calls;
+    elapsed = seconds_since(t0);
+  }
+  const double calls = static_cast<double>(fig.calls);
+  if (gemv) {
+    fig.value = static_cast<double>(w->bytes_per_copy) * calls / elapsed / 1e9;
+    fig.ratio = fig.value * 1e9 / probe.read_bytes_per_s;
+  } else {
+    fig.value = 2.0 * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(n_tok) * calls / elapsed / 1e9;
+    const bool bf16_ceiling = act == activation_precision::bf16 && probe.bf16_flops_per_s > 0 &&
+                              bf16_activations_accelerated();
+    fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_flops_per_s : probe.f32_flops_per_s);
+  }
+  return fig;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+}  // namespace slm

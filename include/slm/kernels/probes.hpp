@@ -1,0 +1,234 @@
+// slm/kernels/probes.hpp - machine-limit probes: the yardsticks every benchmark figure is divided by.
+//
+//   read bandwidth  a streaming read (sum of 64-bit words) over a buffer much larger
+//                   than the last-level cache, one contiguous slice per thread, best
+//                   of several passes. What a memory-bound kernel (decode GEMV) can
+//                   at best reach.
+//   f32 FMA peak    independent FMA chains held in registers, one per accumulator,
+//                   enough of them to cover the FMA latency. What a compute-bound
+//                   kernel (prefill GEMM) can at best reach.
+//   bf16 dot peak   the same with vdpbf16ps (AVX512_BF16: 32 bf16 products summed in
+//                   pairs into 16 f32 lanes, 64 FLOP per instruction); 0 on CPUs
+//                   without it. The ceiling of the bf16-activation GEMM (kernels/matmul_bf16.hpp).
+//
+// Both use the executor given, so they measure the same threads as the benchmark. The
+// FMA probe picks its instruction set at run time (core/cpu.hpp), like the kernels.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#if defined(__x86_64__) && SLM_DEFINE_KERNELS  // only the (guarded) probe loops use it
+#include <immintrin.h>
+#endif
+
+#include "slm/core/cpu.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/core/tensor.hpp"
+
+namespace slm {
+
+struct probe_result {
+  double read_bytes_per_s = 0;
+  double f32_flops_per_s = 0;
+  double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
+  std::size_t threads = 1;
+  std::size_t probe_bytes = 0;
+};
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Bytes/s of a parallel streaming read over `bytes` bytes.
+double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes = 4);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_read_bandwidth(executor_ref ex, std::size_t bytes, int passes) {
+  auto buf = aligned_buffer::allocate(bytes, 4096);
+  if (!buf.ok()) return 0;
+  const std::size_t words = bytes / 8;
+  auto* p = reinterpret_cast<std::uint64_t*>(buf->data());
+  // Touch every page from the threads that will read it (first-touch placement).
+  (void)parallel_for(ex, 0, words, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) p[i] = i * 0x9E3779B97F4A7C15ull;
+  });
+  std::vector<std::uint64_t> sink(ex.concurrency() * 8, 0);
+  double best = 0;
+  for (int pass = 0; pass < passes; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) {
+      const auto r = partition(0, words, ex.concurrency()).chunk(c);
+      std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
+      std::size_t i = r.begin;
+      for (; i + 8 <= r.end; i += 8) {
+        a0 += p[i]; a1 += p[i + 1]; a2 += p[i + 2]; a3 += p[i + 3];
+        a4 += p[i + 4]; a5 += p[i + 5]; a6 += p[i + 6]; a7 += p[i + 7];
+      }
+      for (; i < r.end; ++i) a0 += p[i];
+      sink[c * 8] = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7;  // one cache line per chunk
+    });
+    const double s = seconds_since(t0);
+    if (s > 0 && static_cast<double>(bytes) / s > best) best = static_cast<double>(bytes) / s;
+  }
+  volatile std::uint64_t keep = 0;
+  for (auto v : sink) keep = keep + v;
+  return best;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+namespace detail {
+
+// One thread's FMA chains; returns a value that depends on every chain (so none is
+// optimised away). Each ISA's body is compiled for that ISA through a target attribute
+// and chosen at run time, so the probe measures the vector peak whatever flags the
+// including program was built with.
+constexpr int probe_chains = 12;  // > FMA latency x issue width on current x86 cores
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx512f"))) float fma_chains_avx512(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx512f"))) SLM_INLINE float fma_chains_avx512(std::size_t steps) noexcept {
+  __m512 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  alignas(64) float tmp[16];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm512_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx2,fma"))) float fma_chains_avx2(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx2,fma"))) SLM_INLINE float fma_chains_avx2(std::size_t steps) noexcept {
+  __m256 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  alignas(32) float tmp[8];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm256_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512bf16"))) float bf16_dot_chains_avx512(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512bf16"))) SLM_INLINE float bf16_dot_chains_avx512(std::size_t steps) noexcept {
+  __m512 acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
+  const __m512i one = _mm512_set1_epi32(0x3F803F80);  // bf16 pairs (1, 1)
+  const __m512bh a = (__m512bh)one, b = (__m512bh)_mm512_set1_epi32(0x33D633D6);  // (1e-7, 1e-7)
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+  alignas(64) float tmp[16];
+  float s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm512_store_ps(tmp, acc[j]);
+    for (float t : tmp) s += t;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
+#endif
+
+float fma_chains_scalar(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+SLM_INLINE float fma_chains_scalar(std::size_t steps) noexcept {
+  float acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = 0.5f + 0.01f * static_cast<float>(j);
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = acc[j] * 0.999999f + 1e-6f;
+  float s = 0;
+  for (float v : acc) s += v;
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+}  // namespace detail
+
+// FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread, with the
+// widest FMA this CPU has (AVX-512, else AVX2+FMA, else scalar).
+double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_fma_f32(executor_ref ex, std::size_t elements) {
+  const cpu_features& cpu = host_cpu();
+  std::size_t lanes = 1;
+  float (*body)(std::size_t) noexcept = detail::fma_chains_scalar;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (cpu.avx512f) lanes = 16, body = detail::fma_chains_avx512;
+  else if (cpu.avx2 && cpu.fma) lanes = 8, body = detail::fma_chains_avx2;
+#else
+  (void)cpu;
+#endif
+  const std::size_t steps = elements / lanes;
+  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = body(steps); });
+    const double sec = seconds_since(t0);
+    const double flops = 2.0 * detail::probe_chains * static_cast<double>(steps * lanes) * static_cast<double>(ex.concurrency());
+    if (sec > 0 && flops / sec > best) best = flops / sec;
+  }
+  volatile float keep = 0;
+  for (float v : sink) keep = keep + v;
+  return best;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// FLOP/s (64 per vdpbf16ps) of independent bf16 dot chains on every thread; 0 without
+// AVX512_BF16.
+double probe_dot_bf16(executor_ref ex, std::size_t products = 160'000'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  const cpu_features& cpu = host_cpu();
+  if (!cpu.avx512bf16) return 0;
+  const std::size_t steps = products / 32;
+  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = detail::bf16_dot_chains_avx512(steps); });
+    const double sec = seconds_since(t0);
+    const double flops = 64.0 * detail::probe_chains * static_cast<double>(steps) * static_cast<double>(ex.concurrency());
+    if (sec > 0 && flops / sec > best) best = flops / sec;
+  }
+  volatile float keep = 0;
+  for (float v : sink) keep = keep + v;
+  return best;
+#else
+  (void)ex;
+  (void)products;
+  return 0;
+#endif
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// All probes on the executor's threads, read bandwidth over `probe_bytes`.
+probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes) {
+  probe_result r;
+  r.threads = ex.concurrency();
+  r.probe_bytes = probe_bytes;
+  r.read_bytes_per_s = probe_read_bandwidth(ex, probe_bytes);
+  r.f32_flops_per_s = probe_fma_f32(ex);
+  r.bf16_flops_per_s = probe_dot_bf16(ex);
+  return r;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+}  // namespace slm

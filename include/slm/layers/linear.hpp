@@ -1,0 +1,142 @@
+// slm/layers/linear.hpp - a linear layer y = x W^T (+ b) over a weight in any format, and the
+// loaders that build layers from checkpoint tensors with their shapes checked.
+//
+// Every matrix product of the model code goes through linear::apply, which also counts
+// the weight bytes it streams (codes + scales) into the caller's compute context: that
+// count is how tests prove a MoE decode step reads only the experts it selected.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "slm/core/buffer.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/formats/dequantize.hpp"
+#include "slm/kernels/matmul.hpp"
+#include "slm/core/parallel.hpp"
+#include "slm/formats/quant_config.hpp"
+#include "slm/core/status.hpp"
+#include "slm/formats/weights.hpp"
+
+namespace slm {
+
+// What one forward call runs on: the executor, the activation precision of quantized
+// products, and counters the layers add to.
+struct compute_context {
+  executor_ref ex;
+  std::uint64_t weight_bytes = 0;  // weight bytes streamed by linear::apply
+  const cancellation* cancel = nullptr;
+  // Activations of products with NVFP4/MXFP4 weights. bf16 (the default) is W4A16 as GPU
+  // stacks run it: x rounded to bf16 once per product, weights exact, f32 sums
+  // (kernels/matmul_bf16.hpp states the bound: RMS error ~1.7e-3 of RMS y, against ~10 % for
+  // the 4-bit weights themselves), about twice the f32 path's speed on AVX512_BF16.
+  // f32 is the exact reference (what matmul() computes), int8 the W4A8 path. Dense
+  // weights always multiply f32 activations.
+  activation_precision quantized_activations = activation_precision::bf16;
+};
+
+// Bytes a kernel reads for one pass over w: codes plus block scales.
+inline std::uint64_t weight_bytes(const weight_matrix& w) noexcept {
+  std::uint64_t b = static_cast<std::uint64_t>(w.rows) * row_bytes(w.format, w.cols);
+  if (w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4)
+    b += static_cast<std::uint64_t>(w.rows) * (w.cols / block_size(w.format));
+  return b;
+}
+
+// Rows [r0, r0 + n) of w as a view of the same storage (expert slices of a stacked
+// tensor, one head's rows of a projection). fp8 block scales must stay block-aligned.
+result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, std::size_t n);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<weight_matrix> slice_rows(const weight_matrix& w, std::size_t r0, std::size_t n) {
+  if (r0 > w.rows || n > w.rows - r0)
+    return make_error(errc::out_of_range, "rows [", r0, ", ", r0 + n, ") of a weight with ", w.rows, " rows");
+  weight_matrix s = w;
+  s.rows = n;
+  s.data = w.data + r0 * w.row_stride;
+  if (w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4) {
+    s.scales = w.scales + r0 * w.scale_stride;
+  } else if (w.format == weight_format::fp8_e4m3 && w.scale_block_cols != 0) {
+    if (r0 % w.scale_block_rows != 0)
+      return make_error(errc::unsupported, "rows from ", r0, " of an fp8 weight with ", w.scale_block_rows,
+                        "-row scale blocks");
+    s.scales = w.scales + (r0 / w.scale_block_rows) * w.scale_stride;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+struct linear {
+  weight_matrix w;
+  floats bias;  // [out], or empty
+
+  std::size_t in() const noexcept { return w.cols; }
+  std::size_t out() const noexcept { return w.rows; }
+
+  // [T, in] x [in, out] -> [T, out]; x rows are ldx apart, y rows ldy apart.
+  status apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy, compute_context& cx) const;
+  status apply(const float* x, std::size_t T, float* y, compute_context& cx) const {
+    return apply(x, T, in(), y, out(), cx);
+  }
+};
+
+#if SLM_DEFINE_KERNELS
+SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy,
+                                compute_context& cx) const {
+  const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
+  SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best,
+                 packed ? cx.quantized_activations : activation_precision::f32));
+  cx.weight_bytes += weight_bytes(w);
+  if (!bias.empty())
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];
+  return {};
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// A 1-D parameter (norm weight, bias, router correction bias) of exactly n values, as f32.
+result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n) {
+  auto t = ck.float_tensor(name);
+  if (!t.ok()) return std::move(t).take_error();
+  if (t->rank() != 1 || static_cast<std::size_t>(t->dim(0)) != n)
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
+                      ", expected [", n, "]");
+  floats v;
+  SLM_TRY(v.resize(n));
+  auto s = t->to_f32(v.span());
+  if (!s.ok()) return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
+  for (std::size_t i = 0; i < n; ++i)
+    if (!std::isfinite(v[i]))
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", v[i], " at ", i);
+  return v;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// The weight of linear module `module` (any on-disk layout formats/quant_config.hpp knows), with
+// its shape checked against [out, in]; its bias is loaded when the checkpoint has one.
+result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in) {
+  auto w = load_linear_weight(ck, module);
+  if (!w.ok()) return std::move(w).take_error();
+  if (w->rows != out || w->cols != in)
+    return make_error(errc::format_error, ck.dir().string(), ": module '", module, "' is [", w->rows, ", ", w->cols,
+                      "], the config implies [", out, ", ", in, "]");
+  linear l;
+  l.w = *w;
+  const std::string bias_name = cat(module, ".bias");
+  if (ck.find(bias_name)) {
+    auto b = load_vector(ck, bias_name, out);
+    if (!b.ok()) return std::move(b).take_error();
+    l.bias = std::move(*b);
+  }
+  return l;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+}  // namespace slm

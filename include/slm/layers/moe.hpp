@@ -1,0 +1,424 @@
+// slm/layers/moe.hpp - Mixture-of-Experts feed-forward: router policies, routed experts,
+// shared experts.
+//
+// Routers (model_config::router):
+//   softmax_topk     p = softmax(x Wr^T); the top-k experts by p; weights p_i, divided
+//                    by their sum when norm_topk_prob (Qwen3-MoE's flag; Mixtral always).
+//   sigmoid_grouped  s = sigmoid(x Wr^T); selection ranks s + e_score_correction_bias
+//                    (the bias steers load balance and never enters the weights):
+//                    experts form n_group groups, a group scores the sum of its two best,
+//                    the topk_group best groups survive, the top-k experts among them are
+//                    chosen; weights s_i (divided by sum + 1e-20 when norm_topk_prob)
+//                    times routed_scaling_factor (DeepSeek-V3 "noaux_tc").
+// Ties rank the lower expert index first.
+//
+// Experts run per token group: the tokens routed to expert e are gathered into one
+// [n_e, d] block and multiplied by e's weights once, so a decode step reads the weights
+// of its k selected experts and no others (linear::apply counts the bytes; the tests
+// check it). Shared experts (DeepSeek) see every token.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slm/core/buffer.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/formats/dequantize.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/layers/mlp.hpp"
+#include "slm/models/hf/config.hpp"
+#include "slm/core/status.hpp"
+
+namespace slm {
+
+struct router_choice {
+  std::uint32_t expert;
+  float weight;
+};
+
+// Router policies: each turns one token's router logits [E] into k choices.
+struct softmax_topk_router {
+  bool normalize = true;
+
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* E */) const noexcept;
+
+  // The k largest of v[0..n) (ties: lower index first), in descending order.
+  static void top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept;
+};
+
+struct sigmoid_grouped_router {
+  const float* correction_bias = nullptr;  // [E]
+  std::size_t n_group = 1, topk_group = 1;
+  bool normalize = true;
+  float scaling = 1.0f;
+
+  void route(const float* logits, std::size_t E, std::size_t k, router_choice* out, float* tmp /* 2E */) const noexcept;
+};
+
+// The router as a composition names it: a router type fixes it at compile time,
+// router_by_config takes it from the config.
+struct router_by_config {};
+template <class R>
+concept router_policy = std::same_as<R, router_by_config> || std::same_as<R, softmax_topk_router> ||
+                        std::same_as<R, sigmoid_grouped_router>;
+
+template <router_policy Router = router_by_config>
+struct basic_moe_ffn {
+  linear gate;  // router [E, d]
+  floats correction_bias;
+  std::vector<feed_forward> experts;
+  feed_forward shared;  // up.out() == 0: none
+  router_kind router = router_kind::softmax_topk;
+  std::size_t top_k = 1, n_group = 1, topk_group = 1;
+  bool norm_topk_prob = true;
+  float routed_scaling = 1.0f;
+
+  std::size_t n_experts() const noexcept { return experts.size(); }
+
+  static result<basic_moe_ffn> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
+    basic_moe_ffn m;
+    m.router = c.router;
+    m.top_k = c.experts_per_token;
+    m.n_group = c.router == router_kind::sigmoid_grouped ? c.n_group : 1;
+    m.topk_group = c.router == router_kind::sigmoid_grouped ? c.topk_group : 1;
+    m.norm_topk_prob = c.norm_topk_prob;
+    m.routed_scaling = c.router == router_kind::sigmoid_grouped ? c.routed_scaling_factor : 1.0f;
+    if (m.n_group > 256) return make_error(errc::unsupported, "config.json: n_group ", m.n_group, " is over 256");
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    if (ck.find(prefix + ".router.layer.weight")) {  // Granite: router.layer, input_linear / output_linear
+      SLM_TRY(load_granite(ck, prefix, c, m));
+      return m;
+    }
+    auto g = load_linear(ck, prefix + ".gate", E, d);
+    if (!g.ok()) return std::move(g).take_error();
+    m.gate = std::move(*g);
+    if (c.router == router_kind::sigmoid_grouped) {
+      auto b = load_vector(ck, prefix + ".gate.e_score_correction_bias", E);
+      if (!b.ok()) return std::move(b).take_error();
+      m.correction_bias = std::move(*b);
+    }
+    m.experts.resize(E);
+    const std::string stacked = prefix + ".experts.gate_up_proj";
+    if (ck.find(stacked)) {  // transformers 5.x in-memory layout: [E, 2I, d] and [E, d, I]
+      SLM_TRY(load_stacked(ck, prefix, c, m));
+    } else {
+      // Experts as Mixtral names them (w1 = gate, w3 = up, w2 = down) or as everyone else does.
+      const bool w123 = has_module(ck, prefix + ".experts.0.w1");
+      for (std::size_t e = 0; e < E; ++e) {
+        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, c.mlp_gated, w123);
+        if (!f.ok()) return std::move(f).take_error();
+        m.experts[e] = std::move(*f);
+      }
+    }
+    if (c.shared_expert_intermediate > 0) {
+      auto f = feed_forward::load(ck, prefix + ".shared_experts", d, c.shared_expert_intermediate, c.act, c.mlp_gated);
+      if (!f.ok()) return std::move(f).take_error();
+      m.shared = std::move(*f);
+    }
+    return m;
+  }
+
+  // Megatron MoE sizes (models/nam56r/model.hpp fills it from config.json).
+  struct megatron_config {
+    std::size_t hidden = 0, n_experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;  // shared_ffn 0: none
+    bool sigmoid = false;  // moe_router_score_function "sigmoid" (needs router.expert_bias)
+    activation act = activation::gelu;
+  };
+  // Megatron MoELayer under prefix (`decoder.layers.{L}.mlp`): router.weight [E, d],
+  // router.expert_bias [E] (sigmoid only), experts.linear_fc1.weight{e} [ffn, d] and
+  // experts.linear_fc2.weight{e} [d, ffn] (plain, ungated experts; Transformer Engine's
+  // grouped names carry the expert number after "weight", and quantized experts their
+  // scales as .weight_scale{e} / .weight_scale_2{e}: load_linear_weight's index), shared_experts.
+  // linear_fc1 / linear_fc2 (one shared expert, no gate). Routing: "softmax" = softmax over
+  // the top-k logits = softmax over all, top-k, renormalized (softmax_topk, normalized);
+  // "sigmoid" = s = sigmoid(l), top-k of s + expert_bias, weights s / (sum + 1e-20)
+  // (sigmoid_grouped with one group, scaling 1).
+  static result<basic_moe_ffn> load_megatron(const checkpoint& ck, const std::string& prefix, const megatron_config& c) {
+    basic_moe_ffn m;
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_ffn;
+    if (E == 0 || c.top_k == 0 || c.top_k > E)
+      return make_error(errc::invalid_argument, "MoE '", prefix, "': top-k ", c.top_k, " of ", E, " experts");
+    m.top_k = c.top_k;
+    m.norm_topk_prob = true;
+    m.router = c.sigmoid ? router_kind::sigmoid_grouped : router_kind::softmax_topk;
+    // Megatron's router has no bias parameter: a stored one is some other layout, and
+    // dropping it silently would change the routing.
+    if (ck.find(prefix + ".router.bias"))
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", prefix,
+                        ".router.bias' exists, but a Megatron MoE router has no bias (expert_bias is the selection "
+                        "bias of sigmoid routing)");
+    auto g = load_linear(ck, prefix + ".router", E, d);
+    if (!g.ok()) return std::move(g).take_error();
+    m.gate = std::move(*g);
+    const std::string bias_name = prefix + ".router.expert_bias";
+    if (c.sigmoid) {
+      auto b = load_vector(ck, bias_name, E);
+      if (!b.ok()) return std::move(b).take_error();
+      m.correction_bias = std::move(*b);
+    } else if (ck.find(bias_name)) {
+      return make_error(errc::format_error, ck.dir().string(), ": tensor '", bias_name,
+                        "' exists but moe_router_score_function is \"softmax\" (expert bias comes with sigmoid "
+                        "routing: confirm the score function)");
+    }
+    // Expert e's matrix: any layout load_linear_weight reads, under TE's grouped names.
+    auto expert = [&](const std::string& module, std::size_t e, std::size_t rows, std::size_t cols) -> result<weight_matrix> {
+      auto w = load_linear_weight(ck, module, std::to_string(e));
+      if (!w.ok()) return std::move(w).take_error();
+      if (w->rows != rows || w->cols != cols)
+        return make_error(errc::format_error, ck.dir().string(), ": tensor '", module, ".weight", e, "' is [", w->rows,
+                          ", ", w->cols, "], expected [", rows, ", ", cols, "]");
+      return *w;
+    };
+    m.experts.resize(E);
+    for (std::size_t e = 0; e < E; ++e) {
+      auto up = expert(prefix + ".experts.linear_fc1", e, I, d);
+      if (!up.ok()) return std::move(up).take_error();
+      auto down = expert(prefix + ".experts.linear_fc2", e, d, I);
+      if (!down.ok()) return std::move(down).take_error();
+      m.experts[e].act = c.act;
+      m.experts[e].up.w = *up;
+      m.experts[e].down.w = *down;
+    }
+    if (c.shared_ffn > 0) {
+      auto f = feed_forward::load_plain(ck, prefix + ".shared_experts.linear_fc1", prefix + ".shared_experts.linear_fc2",
+                                        d, c.shared_ffn, c.act);
+      if (!f.ok()) return std::move(f).take_error();
+      m.shared = std::move(*f);
+    }
+    return m;
+  }
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    if (c.layers[layer].ffn != ffn_kind::moe) return false;
+    if constexpr (std::same_as<Router, softmax_topk_router>) return c.router == router_kind::softmax_topk;
+    else if constexpr (std::same_as<Router, sigmoid_grouped_router>) return c.router == router_kind::sigmoid_grouped;
+    else return true;
+  }
+  static result<basic_moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    // Mixtral checkpoints name the block block_sparse_moe; transformers 5.x calls it mlp.
+    const std::string mixtral = cat(c.layer_prefix(layer), ".block_sparse_moe");
+    return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : c.ffn_prefix(layer), c);
+  }
+  static bool has_module(const checkpoint& ck, const std::string& module) {
+    return ck.find(module + ".weight") || ck.find(module + ".weight_packed");
+  }
+  status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
+    return forward(x, T, out, ws.expert, ws.ffn, cx);
+  }
+
+  // [T, d] -> [T, d].
+  status forward(const float* x, std::size_t T, float* out, floats& scratch, floats& ffn_scratch,
+                 compute_context& cx) const {
+    const std::size_t E = n_experts(), d = gate.in(), k = top_k;
+    // Layout: logits [T, E] | routing tmp [2E] | choices [T, k] (as float pairs) |
+    //         gathered x [T, d] | expert out [T, d] | token list [T].
+    const std::size_t n = T * E + 2 * E + 2 * T * k + 2 * T * d + T;
+    SLM_TRY(scratch.resize(n));
+    float* logits = scratch.data();
+    float* tmp = logits + T * E;
+    auto* choice = reinterpret_cast<router_choice*>(tmp + 2 * E);
+    float* xs = tmp + 2 * E + 2 * T * k;
+    float* ys = xs + T * d;
+    auto* tokens = reinterpret_cast<std::uint32_t*>(ys + T * d);
+    static_assert(sizeof(router_choice) == 2 * sizeof(float) && sizeof(std::uint32_t) == sizeof(float));
+
+    SLM_TRY(gate.apply(x, T, logits, cx));  // [T, d] x [d, E] -> [T, E]
+    const sigmoid_grouped_router grouped{correction_bias.data(), n_group, topk_group, norm_topk_prob, routed_scaling};
+    const softmax_topk_router softmax{norm_topk_prob};
+    for (std::size_t t = 0; t < T; ++t) {
+      if constexpr (std::same_as<Router, sigmoid_grouped_router>) {
+        grouped.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else if constexpr (std::same_as<Router, softmax_topk_router>) {
+        softmax.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else if (router == router_kind::sigmoid_grouped) {
+        grouped.route(logits + t * E, E, k, choice + t * k, tmp);
+      } else {
+        softmax.route(logits + t * E, E, k, choice + t * k, tmp);
+      }
+    }
+    std::fill(out, out + T * d, 0.0f);
+    for (std::size_t e = 0; e < E; ++e) {
+      std::size_t n_e = 0;  // gather the tokens routed to e
+      for (std::size_t t = 0; t < T; ++t)
+        for (std::size_t i = 0; i < k; ++i)
+          if (choice[t * k + i].expert == e) {
+            tokens[n_e] = static_cast<std::uint32_t>(t * k + i);
+            std::copy(x + t * d, x + (t + 1) * d, xs + n_e * d);
+            ++n_e;
+          }
+      if (n_e == 0) continue;
+      SLM_TRY(experts[e].forward(xs, n_e, ys, ffn_scratch, cx));  // [n_e, d] -> [n_e, d]
+      for (std::size_t j = 0; j < n_e; ++j) {
+        const router_choice ch = choice[tokens[j]];
+        float* o = out + (tokens[j] / k) * d;
+        for (std::size_t i = 0; i < d; ++i) o[i] += ch.weight * ys[j * d + i];
+      }
+    }
+    if (shared.up.out() != 0) {
+      SLM_TRY(shared.forward(x, T, ys, ffn_scratch, cx));  // [T, d] -> [T, d]
+      for (std::size_t i = 0; i < T * d; ++i) out[i] += ys[i];
+    }
+    return {};
+  }
+
+  // fn(name, linear, projection): every weight this layer multiplies by.
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    fn("gate", gate, false);  // the router: quantizers leave it precise
+    for (const feed_forward& e : experts) e.for_each_linear(fn);
+    if (shared.up.out() != 0) shared.for_each_linear(fn);
+  }
+
+ private:
+  // Granite MoE: router.layer [E, d]; experts input_linear [E, 2I, d] (gate rows, then up
+  // rows) and output_linear [E, d, I]; beside the block, shared_mlp.input_linear [2Is, d]
+  // and output_linear [d, Is]. Dense (bf16/f16/f32) tensors only.
+  static status load_granite(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    auto g = load_linear(ck, prefix + ".router.layer", E, d);
+    if (!g.ok()) return std::move(g).take_error();
+    m.gate = std::move(*g);
+    m.experts.resize(E);
+    SLM_TRY(load_stacked_pair(ck, prefix + ".input_linear.weight", prefix + ".output_linear.weight", c, m));
+    const std::size_t Is = c.shared_expert_intermediate;
+    const std::string shared = prefix.substr(0, prefix.rfind('.')) + ".shared_mlp";
+    auto in = load_linear(ck, shared + ".input_linear", 2 * Is, d);
+    if (!in.ok()) return std::move(in).take_error();
+    auto out = load_linear(ck, shared + ".output_linear", d, Is);
+    if (!out.ok()) return std::move(out).take_error();
+    auto gate_rows = slice_rows(in->w, 0, Is);
+    auto up_rows = slice_rows(in->w, Is, Is);
+    if (!gate_rows.ok()) return std::move(gate_rows).take_error();
+    if (!up_rows.ok()) return std::move(up_rows).take_error();
+    m.shared.act = c.act;
+    m.shared.gate.w = *gate_rows;
+    m.shared.up.w = *up_rows;
+    m.shared.down = std::move(*out);
+    (void)I;
+    return {};
+  }
+
+  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
+    return load_stacked_pair(ck, prefix + ".experts.gate_up_proj", prefix + ".experts.down_proj", c, m);
+  }
+  static status load_stacked_pair(const checkpoint& ck, const std::string& gate_up_name, const std::string& down_name,
+                                  const model_config& c, basic_moe_ffn& m) {
+    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
+    auto gu = ck.tensor(gate_up_name);
+    auto dn = ck.tensor(down_name);
+    if (!gu.ok()) return std::move(gu).take_error();
+    if (!dn.ok()) return std::move(dn).take_error();
+    auto dims_are = [](const tensor_view& t, std::size_t a, std::size_t b, std::size_t cc) {
+      return t.rank() == 3 && static_cast<std::size_t>(t.dim(0)) == a && static_cast<std::size_t>(t.dim(1)) == b &&
+             static_cast<std::size_t>(t.dim(2)) == cc;
+    };
+    if (!dims_are(*gu, E, 2 * I, d) || !dims_are(*dn, E, d, I))
+      return make_error(errc::format_error, ck.dir().string(), ": '", gate_up_name, "' / '", down_name, "' are ",
+                        gu->shape().to_string(), " / ", dn->shape().to_string(), ", the config implies [", E, ", ", 2 * I,
+                        ", ", d, "] / [", E, ", ", d, ", ", I, "]");
+    for (std::size_t e = 0; e < E; ++e) {
+      const auto ei = static_cast<std::int64_t>(e);
+      auto gs = gu->slice(0, ei, ei + 1);
+      auto ds = dn->slice(0, ei, ei + 1);
+      if (!gs.ok()) return std::move(gs).take_error();
+      if (!ds.ok()) return std::move(ds).take_error();
+      auto g2 = gs->reshape(slm::shape{static_cast<std::int64_t>(2 * I), static_cast<std::int64_t>(d)});
+      auto d2 = ds->reshape(slm::shape{static_cast<std::int64_t>(d), static_cast<std::int64_t>(I)});
+      if (!g2.ok()) return std::move(g2).take_error();
+      if (!d2.ok()) return std::move(d2).take_error();
+      auto gw = make_dense(*g2);
+      auto dw = make_dense(*d2);
+      if (!gw.ok()) return std::move(gw).take_error();
+      if (!dw.ok()) return std::move(dw).take_error();
+      feed_forward& f = m.experts[e];
+      f.act = c.act;
+      auto gate_rows = slice_rows(*gw, 0, I);  // chunk(2): gate first, then up
+      auto up_rows = slice_rows(*gw, I, I);
+      if (!gate_rows.ok()) return std::move(gate_rows).take_error();
+      if (!up_rows.ok()) return std::move(up_rows).take_error();
+      f.gate.w = *gate_rows;
+      f.up.w = *up_rows;
+      f.down.w = *dw;
+    }
+    return {};
+  }
+};
+
+using moe_ffn = basic_moe_ffn<>;
+
+// ---- Implementation (compiled once by the decoder unit in compiled mode) ----
+
+#if SLM_DEFINE_DECODER
+
+SLM_INLINE void softmax_topk_router::route(const float* logits, std::size_t E, std::size_t k, router_choice* out,
+                                           float* tmp /* E */) const noexcept {
+  const float m = *std::max_element(logits, logits + E);
+  double sum = 0;
+  for (std::size_t e = 0; e < E; ++e) sum += tmp[e] = std::exp(logits[e] - m);
+  for (std::size_t e = 0; e < E; ++e) tmp[e] = static_cast<float>(tmp[e] / sum);
+  top_k(tmp, E, k, out);
+  for (std::size_t i = 0; i < k; ++i) out[i].weight = tmp[out[i].expert];
+  if (normalize) {
+    float s = 0;
+    for (std::size_t i = 0; i < k; ++i) s += out[i].weight;
+    for (std::size_t i = 0; i < k; ++i) out[i].weight /= s;
+  }
+}
+
+SLM_INLINE void softmax_topk_router::top_k(const float* v, std::size_t n, std::size_t k, router_choice* out) noexcept {
+  for (std::size_t i = 0; i < k; ++i) {
+    std::size_t best = n;
+    for (std::size_t e = 0; e < n; ++e) {
+      bool taken = false;
+      for (std::size_t j = 0; j < i; ++j) taken |= out[j].expert == e;
+      if (!taken && (best == n || v[e] > v[best])) best = e;
+    }
+    out[i] = {static_cast<std::uint32_t>(best), v[best]};
+  }
+}
+
+SLM_INLINE void sigmoid_grouped_router::route(const float* logits, std::size_t E, std::size_t k, router_choice* out,
+                                              float* tmp /* 2E */) const noexcept {
+  float* score = tmp;       // sigmoid(logits)
+  float* choice = tmp + E;  // score + bias, then -inf outside the chosen groups
+  for (std::size_t e = 0; e < E; ++e) {
+    score[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+    choice[e] = score[e] + (correction_bias ? correction_bias[e] : 0.0f);
+  }
+  if (n_group > 1) {
+    const std::size_t per = E / n_group;
+    float group_score[256];  // n_group <= E / 2; checked at load to fit
+    for (std::size_t g = 0; g < n_group; ++g) {
+      float a = -INFINITY, b = -INFINITY;  // the two best of the group
+      for (std::size_t i = g * per; i < (g + 1) * per; ++i) {
+        if (choice[i] > a) { b = a; a = choice[i]; }
+        else if (choice[i] > b) b = choice[i];
+      }
+      group_score[g] = a + b;
+    }
+    router_choice keep[256];
+    softmax_topk_router::top_k(group_score, n_group, topk_group, keep);
+    for (std::size_t g = 0; g < n_group; ++g) {
+      bool kept = false;
+      for (std::size_t i = 0; i < topk_group; ++i) kept |= keep[i].expert == g;
+      if (!kept)
+        for (std::size_t i = g * per; i < (g + 1) * per; ++i) choice[i] = -INFINITY;
+    }
+  }
+  softmax_topk_router::top_k(choice, E, k, out);
+  float s = 0;
+  for (std::size_t i = 0; i < k; ++i) s += out[i].weight = score[out[i].expert];
+  for (std::size_t i = 0; i < k; ++i) {
+    if (normalize) out[i].weight /= s + 1e-20f;
+    out[i].weight *= scaling;
+  }
+}
+
+#endif  // SLM_DEFINE_DECODER
+
+}  // namespace slm

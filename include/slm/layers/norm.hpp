@@ -1,0 +1,83 @@
+// slm/layers/norm.hpp - normalization policies: RMSNorm (with weight w, 1 + w, or none) and
+// LayerNorm, applied row by row to [T, d] activations.
+//
+//   rms_norm:       y = x / sqrt(mean(x^2) + eps) * w            (Llama, Qwen, DeepSeek)
+//   rms_norm(1+w):  y = x / sqrt(mean(x^2) + eps) * (1 + w)      (Gemma, Qwen3-Next)
+//   layer_norm:     y = (x - mean) / sqrt(var + eps) * w + b     (DeepSeek-V3.2's indexer)
+//
+// Statistics are accumulated in double: d is at most a few thousand, and a double sum
+// makes the result independent of the summation order, so any later SIMD version can
+// be tested against this one exactly up to the final rounding.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+
+#include "slm/core/buffer.hpp"
+
+namespace slm {
+
+enum class norm_weight_kind { plain, one_plus, none };
+
+// Norm policies: how a stored RMSNorm weight w scales (a composition names one; the
+// config-driven model uses the plain form, which every supported model_type has).
+struct rms_norm_weighted {
+  static constexpr norm_weight_kind kind = norm_weight_kind::plain;
+};
+struct rms_norm_unit_offset {  // Gemma-style checkpoints store w and scale by 1 + w
+  static constexpr norm_weight_kind kind = norm_weight_kind::one_plus;
+};
+template <class N>
+concept norm_policy = requires {
+  { N::kind } -> std::convertible_to<norm_weight_kind>;
+};
+
+struct rms_norm {
+  floats weight;  // [d], empty for norm_weight_kind::none
+  float eps = 1e-6f;
+  norm_weight_kind kind = norm_weight_kind::plain;
+
+  std::size_t dim() const noexcept { return weight.size(); }
+
+  // One row of d values; in and out may alias.
+  void apply_row(const float* in, float* out, std::size_t d) const noexcept {
+    double ss = 0;
+    for (std::size_t i = 0; i < d; ++i) ss += static_cast<double>(in[i]) * in[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
+    switch (kind) {
+      case norm_weight_kind::plain:
+        for (std::size_t i = 0; i < d; ++i) out[i] = weight[i] * (in[i] * inv);
+        break;
+      case norm_weight_kind::one_plus:
+        for (std::size_t i = 0; i < d; ++i) out[i] = (1.0f + weight[i]) * (in[i] * inv);
+        break;
+      case norm_weight_kind::none:
+        for (std::size_t i = 0; i < d; ++i) out[i] = in[i] * inv;
+        break;
+    }
+  }
+  // [T, d] with rows ld apart -> [T, d] rows ldo apart.
+  void apply(const float* in, std::size_t T, std::size_t d, std::size_t ld, float* out, std::size_t ldo) const noexcept {
+    for (std::size_t t = 0; t < T; ++t) apply_row(in + t * ld, out + t * ldo, d);
+  }
+};
+
+struct layer_norm {
+  floats weight, bias;  // [d] each
+  float eps = 1e-5f;
+
+  void apply_row(const float* in, float* out, std::size_t d) const noexcept {
+    double s = 0;
+    for (std::size_t i = 0; i < d; ++i) s += in[i];
+    const double mean = s / static_cast<double>(d);
+    double v = 0;
+    for (std::size_t i = 0; i < d; ++i) v += (in[i] - mean) * (in[i] - mean);
+    const double inv = 1.0 / std::sqrt(v / static_cast<double>(d) + static_cast<double>(eps));
+    for (std::size_t i = 0; i < d; ++i)
+      out[i] = static_cast<float>((in[i] - mean) * inv) * weight[i] + bias[i];
+  }
+};
+
+}  // namespace slm

@@ -1,0 +1,812 @@
+// slm/models/hf/model.hpp - a decoder-only transformer: layers composed from policies, loaded from
+// a checkpoint directory, run through sessions.
+//
+//   x = embed(ids)                                        [T, d]
+//   for each layer:  x += mixer(RMSNorm(x))              GQA or MLA (+ DSA) attention, or Mamba-2
+//                    x += ffn(RMSNorm(x))                dense MLP or MoE
+//   logits = lm_head(RMSNorm(x))                          [T, V]  (lm_head = embed when tied)
+// Either slot of a layer may be empty (Mamba-style blocks fill exactly one: Nemotron-H's
+// pattern "M*M-ME" is mixer, mixer, mixer, ffn, mixer, ffn); an empty slot costs nothing.
+//
+// decoder<Attention, Ffn, Norm, Format> is the composition: the attention kind (with its
+// RoPE pairing), the feed-forward kind (with its router), the norm policy and the weight
+// format are types. A host that knows its model names them, e.g.
+//   decoder<basic_gqa_attention<rope_half_split>, feed_forward, rms_norm_weighted, format::nvfp4>
+// for an NVFP4 Llama, and load() refuses a checkpoint whose config or tensors need
+// anything else, naming the layer and the mismatch. The config-driven path is
+// decoder<any_attention, any_ffn> (= slm::model), whose layer types pick per layer and
+// whose weights may be in any format, per tensor.
+//
+// Threading: a loaded decoder is immutable and may be shared by any number of threads;
+// a session (KV caches + scratch) belongs to one thread at a time; the executor comes
+// in with each call.
+//
+// Session state. A session's caches (KV rows, MLA latents, DSA indexer keys, recurrent
+// states) can be
+//  * rolled back: rollback(n) drops the last n tokens. KV caches are always exact;
+//    recurrent layers (Mamba-2) keep the states of their last session_options::
+//    rollback_tokens tokens (and the state where the last call began), so n within that
+//    is exact and anything else is an error that leaves the session unchanged;
+//  * snapshotted: snapshot() is a deep copy (rows in use only), restore() puts it back
+//    into any session of a model with the same structure and KV dtype;
+//  * saved to bytes and loaded: save() writes the format below, load() checks every
+//    field and length before it replaces anything, so a truncated, corrupted or foreign
+//    blob is an error and the session stays as it was.
+// Restored or loaded state continues bit for bit like the session it came from (same
+// model, same call shapes), and can roll back as that session could: recurrent layers
+// copy and save every state they keep (current, history, the last call's start), so
+// their part of a blob is (kept states) x (state size). rollback_tokens and the MLA
+// mode are the receiving session's own: one that keeps less history keeps the newest
+// states. restore() and load() build the new caches beside the current ones and swap
+// them in, so they need that much memory for a moment.
+//
+// The format (version 1, little-endian, floats as IEEE-754 bits). The envelope (header,
+// checksum, the checks of load) is shared by every session kind (layers/recurrent_cache.hpp:
+// write_state_blob, open_state_blob); NAM56R (models/nam56r/model.hpp) and nanochat (models/nanochat/model.hpp)
+// sessions write their own records after it, documented there.
+//   offset 0   8  magic "SLMSTATE"
+//          8   4  u32 version (1)
+//          12  1  u8 KV dtype (0 f32, 1 bf16)
+//          13  1  u8 session kind (0 decoder, 1 NAM56R, 2 nanochat; a reserved zero
+//                 byte before there were other kinds, so older decoder blobs still load)
+//          14  2  zero
+//          16  8  u64 total size in bytes, checksum included
+//          24  8  u64 structure fingerprint (layers, their kinds and dimensions, KV dtype)
+//          32  8  u64 number of records (a decoder: its layers)
+//          40  8  u64 position (tokens consumed)
+//          48     per layer: an 8-byte kind tag ("gqa", "mla", "mamba2", "none"; NUL-padded)
+//                 and the cache's record:
+//                   gqa     u64 n, keys, values                       (rows blocks, n rows)
+//                   mla     u64 n, u64 n_index, latents, RoPE keys, indexer keys
+//                   mamba2  u64 count, then per state (current first, then newest first):
+//                           u64 n, and if n > 0: u64 buffers (2), per buffer u64 length +
+//                           that many f32 (conv [conv_dim, d_conv], ssm [H, P, N])
+//                   none    nothing
+//                 rows block: u8 dtype, 7 zero bytes, u64 width, u64 rows, rows x width
+//                 values (f32, or bf16 as u16); other records use f32 rows blocks for
+//                 hidden-state rows and i32 arrays (u64 count + count x i32) for token ids
+//          end-8  8  u64 checksum of every byte before it (state_format::checksum)
+// A reader of version 1 rejects any other version. Compatibility is by structure, not by
+// weights: a blob loads into any model whose fingerprint matches.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "slm/layers/attention.hpp"
+#include "slm/core/buffer.hpp"
+#include "slm/io/checkpoint.hpp"
+#include "slm/formats/dequantize.hpp"
+#include "slm/formats/policies.hpp"
+#include "slm/layers/linear.hpp"
+#include "slm/layers/mamba2.hpp"
+#include "slm/layers/mla.hpp"
+#include "slm/layers/mlp.hpp"
+#include "slm/models/hf/config.hpp"
+#include "slm/layers/moe.hpp"
+#include "slm/layers/norm.hpp"
+#include "slm/layers/recurrent_cache.hpp"
+#include "slm/models/session_options.hpp"
+#include "slm/core/status.hpp"
+
+namespace slm {
+
+// What a layer type must provide to be composed into a decoder.
+// Its cache: size() positions held, truncate(len) (exact when can_truncate(len); a
+// recurrent cache that cannot marks itself unusable), rollback_limit() (how many latest
+// tokens can be dropped exactly), and the session state members: kind() (the record's
+// tag), fingerprint(), copy_from() (deep copy into a cache initialized for the same
+// layer), save() and load() (the record; load only into a freshly initialized cache).
+template <class A>
+concept attention_layer = requires(const A& a, typename A::cache& c, const typename A::cache& cc, const checkpoint& ck,
+                                   const model_config& cfg, const session_options& o, const float* x, float* y,
+                                   workspace& ws, compute_context& cx, state_writer& w, state_reader& r,
+                                   state_hasher& h) {
+  { A::accepts(cfg, std::size_t{}) } -> std::same_as<bool>;
+  { A::load(ck, cfg, std::size_t{}) } -> std::same_as<result<A>>;
+  { a.init_cache(c, o) } -> std::same_as<status>;
+  { a.forward(x, std::size_t{}, y, c, ws, cx) } -> std::same_as<status>;
+  { cc.size() } -> std::same_as<std::size_t>;
+  c.truncate(std::size_t{});
+  { cc.can_truncate(std::size_t{}) } -> std::same_as<bool>;
+  { cc.rollback_limit() } -> std::same_as<std::size_t>;
+  { cc.kind() } -> std::convertible_to<std::string_view>;
+  cc.fingerprint(h);
+  { c.copy_from(cc) } -> std::same_as<status>;
+  { cc.save(w) } -> std::same_as<status>;
+  { c.load(r) } -> std::same_as<status>;
+};
+template <class F>
+concept ffn_layer = requires(const F& f, const checkpoint& ck, const model_config& cfg, const float* x, float* y,
+                             workspace& ws, compute_context& cx) {
+  { F::accepts(cfg, std::size_t{}) } -> std::same_as<bool>;
+  { F::load(ck, cfg, std::size_t{}) } -> std::same_as<result<F>>;
+  { f.forward(x, std::size_t{}, y, ws, cx) } -> std::same_as<status>;
+};
+
+// A per-layer choice among layer types, itself a layer type (the config-driven path).
+template <class... As>
+struct attention_variant {
+  std::variant<As...> impl;
+  struct cache {
+    std::variant<typename As::cache...> impl;
+    std::size_t size() const noexcept { return std::visit([](const auto& c) { return c.size(); }, impl); }
+    void truncate(std::size_t n) noexcept { std::visit([n](auto& c) { c.truncate(n); }, impl); }
+    bool can_truncate(std::size_t n) const noexcept {
+      return std::visit([n](const auto& c) { return c.can_truncate(n); }, impl);
+    }
+    std::size_t rollback_limit() const noexcept {
+      return std::visit([](const auto& c) -> std::size_t { return c.rollback_limit(); }, impl);
+    }
+    std::string_view kind() const noexcept {
+      return std::visit([](const auto& c) -> std::string_view { return c.kind(); }, impl);
+    }
+    void fingerprint(state_hasher& h) const {
+      std::visit([&h](const auto& c) { c.fingerprint(h); }, impl);
+    }
+    status copy_from(const cache& o) {
+      if (o.impl.index() != impl.index())
+        return make_error(errc::invalid_argument, "a '", o.kind(), "' cache copied into a '", kind(), "' cache");
+      return std::visit([&o](auto& c) -> status {
+        using C = std::decay_t<decltype(c)>;
+        return c.copy_from(std::get<C>(o.impl));
+      }, impl);
+    }
+    status save(state_writer& w) const {
+      return std::visit([&w](const auto& c) -> status { return c.save(w); }, impl);
+    }
+    status load(state_reader& r) {
+      return std::visit([&r](auto& c) -> status { return c.load(r); }, impl);
+    }
+  };
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (As::accepts(c, layer) || ...); }
+  static result<attention_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    result<attention_variant> out = make_error(errc::unsupported, "layer ", layer, ": no attention type fits the config");
+    (void)((As::accepts(c, layer) ? (out = wrap(As::load(ck, c, layer)), true) : false) || ...);
+    return out;
+  }
+  template <class Options>
+  status init_cache(cache& kc, const Options& o) const {
+    return std::visit([&](const auto& a) -> status {
+      using C = typename std::decay_t<decltype(a)>::cache;
+      kc.impl.template emplace<C>();
+      return a.init_cache(std::get<C>(kc.impl), o);
+    }, impl);
+  }
+  status forward(const float* x, std::size_t T, float* y, cache& kc, workspace& ws, compute_context& cx) const {
+    return std::visit([&](const auto& a) -> status {
+      using C = typename std::decay_t<decltype(a)>::cache;
+      return a.forward(x, T, y, std::get<C>(kc.impl), ws, cx);
+    }, impl);
+  }
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    std::visit([&](const auto& a) { a.for_each_linear(fn); }, impl);
+  }
+
+ private:
+  template <class A>
+  static result<attention_variant> wrap(result<A> r) {
+    if (!r.ok()) return std::move(r).take_error();
+    attention_variant v;
+    v.impl.template emplace<A>(std::move(*r));
+    return v;
+  }
+};
+
+template <class... Fs>
+struct ffn_variant {
+  std::variant<Fs...> impl;
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (Fs::accepts(c, layer) || ...); }
+  static result<ffn_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    result<ffn_variant> out = make_error(errc::unsupported, "layer ", layer, ": no feed-forward type fits the config");
+    (void)((Fs::accepts(c, layer) ? (out = wrap(Fs::load(ck, c, layer)), true) : false) || ...);
+    return out;
+  }
+  status forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
+    return std::visit([&](const auto& f) { return f.forward(x, T, y, ws, cx); }, impl);
+  }
+  template <class Fn>
+  void for_each_linear(Fn&& fn) const {
+    std::visit([&](const auto& f) { f.for_each_linear(fn); }, impl);
+  }
+
+ private:
+  template <class F>
+  static result<ffn_variant> wrap(result<F> r) {
+    if (!r.ok()) return std::move(r).take_error();
+    ffn_variant v;
+    v.impl.template emplace<F>(std::move(*r));
+    return v;
+  }
+};
+
+// The empty slots.
+struct no_mixer {
+  struct cache {
+    std::size_t size() const noexcept { return 0; }
+    void truncate(std::size_t) noexcept {}
+    bool can_truncate(std::size_t) const noexcept { return true; }
+    std::size_t rollback_limit() const noexcept { return ~std::size_t{0}; }  // holds nothing per token
+    std::string_view kind() const noexcept { return "none"; }
+    void fingerprint(state_hasher&) const noexcept {}
+    status copy_from(const cache&) noexcept { return {}; }
+    status save(state_writer&) const noexcept { return {}; }
+    status load(state_reader&) noexcept { return {}; }
+  };
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return c.layers[layer].attention == attention_kind::none;
+  }
+  static result<no_mixer> load(const checkpoint&, const model_config&, std::size_t) { return no_mixer{}; }
+  template <class Options>
+  status init_cache(cache&, const Options&) const { return {}; }
+  status forward(const float*, std::size_t, float*, cache&, workspace&, compute_context&) const {
+    return make_error(errc::invalid_argument, "an empty mixer slot was run");
+  }
+  template <class Fn>
+  void for_each_linear(Fn&&) const {}
+};
+struct no_ffn {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::none; }
+  static result<no_ffn> load(const checkpoint&, const model_config&, std::size_t) { return no_ffn{}; }
+  status forward(const float*, std::size_t, float*, workspace&, compute_context&) const {
+    return make_error(errc::invalid_argument, "an empty feed-forward slot was run");
+  }
+  template <class Fn>
+  void for_each_linear(Fn&&) const {}
+};
+
+using any_attention = attention_variant<gqa_attention, mla_attention, mamba2_mixer, no_mixer>;
+using any_ffn = ffn_variant<feed_forward, moe_ffn, no_ffn>;
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm = rms_norm_weighted,
+          format_constraint Format = format::any>
+class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
+ public:
+  struct layer {
+    rms_norm input_norm, post_attention_norm;
+    Attention attention;
+    Ffn ffn;
+    bool has_mixer = true, has_ffn = true;  // which slots the config fills
+  };
+
+  static result<decoder> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
+
+  static result<decoder> from_checkpoint(checkpoint&& ck_in);
+
+  // Every projection of every layer (not routers, embeddings or lm_head, which quantizers
+  // keep precise) must be in the composition's format.
+  static status check_format(const checkpoint& ck, std::size_t i, const layer& L);
+
+  const model_config& config() const noexcept { return cfg_; }
+  const checkpoint& weights() const noexcept { return *ck_; }
+  std::span<const layer> layers() const noexcept { return layers_; }
+  std::size_t vocab() const noexcept { return cfg_.vocab; }
+
+  class session;
+
+  // A deep copy of a session's caches (the rows in use only), from session::snapshot();
+  // restore() puts it back into any session of a model with the same structure and KV
+  // dtype. Move-only.
+  class snapshot {
+   public:
+    std::size_t position() const noexcept { return pos_; }
+    kv_dtype kv() const noexcept { return kv_; }
+    std::uint64_t fingerprint() const noexcept { return fp_; }
+
+   private:
+    friend class session;
+    std::vector<typename Attention::cache> caches_;
+    std::size_t pos_ = 0;
+    std::uint64_t fp_ = 0;
+    kv_dtype kv_ = kv_dtype::f32;
+  };
+
+  class session {
+   public:
+    using cache = typename Attention::cache;
+
+    explicit session(const decoder& m, session_options o = {})
+        : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
+      if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20);
+    }
+    // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
+    const status& usable() const noexcept { return weights_; }
+
+    std::size_t position() const noexcept { return pos_; }
+    std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
+    const session_options& options() const noexcept { return opt_; }
+    // Forget everything: the next forward starts at position 0.
+    void reset() noexcept {
+      for (auto& c : caches_) c.truncate(0);
+      pos_ = 0;
+    }
+
+    // Runs ids (positions position() .. position() + T) and writes the logits of the last
+    // `rows` tokens ([rows, V], rows <= T; rows == T gives every position). On any error -
+    // a bad id, the context limit, out of memory, cancellation - the session is as it
+    // was before the call.
+    status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
+
+    // ---- Session state (see the top of this file) ----
+
+    // Whether rollback(n) would succeed: n <= position() and every layer can drop n
+    // tokens exactly (KV caches always; recurrent layers within their kept history).
+    bool can_rollback(std::size_t n) const noexcept;
+    // The largest n such that rollback(k) succeeds for every k <= n: position() for KV
+    // models, min(position(), rollback_tokens) once a recurrent session has run that far.
+    // (rollback of exactly the last call's tokens also succeeds: can_rollback says so.)
+    std::size_t rollback_limit() const noexcept;
+    // Drops the last n tokens: the next forward continues from position() - n exactly as
+    // if they had never been fed. An error (n > position(), or a recurrent layer that did
+    // not keep the state n tokens back) leaves the session unchanged.
+    status rollback(std::size_t n);
+
+    // A deep copy of the caches (rows in use only; recurrent states with their history).
+    result<typename decoder::snapshot> snapshot() const;
+    // Back to a snapshot of this or another session of a model with the same structure
+    // and KV dtype. On error (a mismatch, out of memory) the session is unchanged; the
+    // copy is built beside the current caches and swapped in.
+    status restore(const typename decoder::snapshot& snap);
+
+    // Serializes the session state (the format at the top of this file) through
+    // write(std::span<const std::byte>) -> status, called in order; its error stops the
+    // save and is returned.
+    template <class Write>
+      requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
+    status save(Write&& write) const {
+      std::vector<cache> scratch;
+      const std::vector<cache>* cs = &caches_;
+      SLM_TRY(current_caches(scratch, cs));
+      return write_state_blob(write, header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
+    }
+    // The same into a byte vector (std::vector: for very large states prefer the writer).
+    result<std::vector<std::byte>> save() const;
+    // The number of bytes save() writes.
+    result<std::uint64_t> saved_size() const;
+    // Replaces the session state with a saved one, from a session of a model with the
+    // same structure and KV dtype. Every field and length is checked before anything is
+    // replaced: on any error (format_error for a truncated, corrupted or hostile blob,
+    // invalid_argument for another model's or KV dtype's, unsupported for another
+    // version) the session is unchanged.
+    status load(std::span<const std::byte> bytes);
+
+   private:
+
+    // Caches for every layer, initialized for options o.
+    status make_caches(std::vector<cache>& out, const session_options& o) const;
+    status ensure_caches();
+    // The caches, or fresh ones in `scratch` for a session that has not run yet.
+    status current_caches(std::vector<cache>& scratch, const std::vector<cache>*& cs) const;
+    // The model's layer structure and dimensions, each cache's layout, the KV dtype.
+    std::uint64_t fingerprint(const std::vector<cache>& cs) const;
+    state_format::header header_of(const std::vector<cache>& cs) const;
+    status write_records(state_writer& w, const std::vector<cache>& cs) const;
+    status load_impl(std::span<const std::byte> bytes);
+
+    status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
+
+    model_ref<decoder> m_;  // follows the model when it moves
+    session_options opt_;
+    // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
+    // rewritten in place: the weights are no longer the ones loaded, and a truncated
+    // file faults) is refused here, once per session: forward() returns the error.
+    status weights_;
+    std::vector<typename Attention::cache> caches_;
+    workspace ws_;
+    floats x_, h_, y_;
+    std::size_t pos_ = 0;
+  };
+
+  session new_session(session_options o = {}) const { return session(*this, o); }
+
+ private:
+  std::unique_ptr<checkpoint> ck_;
+  model_config cfg_;
+  weight_matrix embed_;
+  linear lm_head_;
+  rms_norm final_norm_;
+  std::vector<layer> layers_;
+};
+
+// ---- decoder: member definitions ----
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Format>::load(
+    const std::filesystem::path& dir, const checkpoint_options& opt) {
+  auto ck = checkpoint::open(dir, opt);
+  if (!ck.ok()) return std::move(ck).take_error();
+  return from_checkpoint(std::move(*ck));
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Format>::from_checkpoint(
+    checkpoint&& ck_in) {
+  decoder m;
+  m.ck_.reset(new (std::nothrow) checkpoint(std::move(ck_in)));
+  if (!m.ck_) return make_error(errc::out_of_memory, "cannot allocate the checkpoint");
+  const checkpoint& ck = *m.ck_;
+  auto cfg = model_config::from_json(ck.config());
+  if (!cfg.ok()) return std::move(cfg).take_error().with_context(ck.dir().string());
+  m.cfg_ = std::move(*cfg);
+  const model_config& c = m.cfg_;
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    if (!Attention::accepts(c, i) || !Ffn::accepts(c, i))
+      return make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " of this ", c.model_type,
+                        " checkpoint needs ", c.describe_layer(i),
+                        ", which the composition this program was built with does not provide");
+  }
+  auto emb = load_linear_weight(ck, c.embed_name);
+  if (!emb.ok()) return std::move(emb).take_error();
+  if (emb->rows != c.vocab || emb->cols != c.hidden)
+    return make_error(errc::format_error, ck.dir().string(), ": ", c.embed_name, " is [", emb->rows, ", ", emb->cols,
+                      "], the config implies [", c.vocab, ", ", c.hidden, "]");
+  m.embed_ = *emb;
+  if (c.tie_embeddings && !ck.find("lm_head.weight") && !ck.find("lm_head.weight_packed")) {
+    m.lm_head_.w = m.embed_;
+  } else {
+    auto h = load_linear(ck, "lm_head", c.vocab, c.hidden);
+    if (!h.ok()) return std::move(h).take_error();
+    m.lm_head_ = std::move(*h);
+  }
+  auto fn = load_vector(ck, c.final_norm_name + ".weight", c.hidden);
+  if (!fn.ok()) return std::move(fn).take_error();
+  m.final_norm_.weight = std::move(*fn);
+  m.final_norm_.eps = c.norm_eps;
+  m.final_norm_.kind = Norm::kind;
+  m.layers_.resize(c.n_layers);
+  for (std::size_t i = 0; i < c.n_layers; ++i) {
+    layer& L = m.layers_[i];
+    const std::string p = c.layer_prefix(i);
+    L.has_mixer = c.layers[i].attention != attention_kind::none;
+    L.has_ffn = c.layers[i].ffn != ffn_kind::none;
+    if (L.has_mixer) {
+      auto in = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".input_layernorm.weight"), c.hidden);
+      if (!in.ok()) return std::move(in).take_error();
+      L.input_norm.weight = std::move(*in);
+    }
+    if (L.has_ffn) {
+      auto post = load_vector(ck, p + (c.single_norm_blocks ? ".norm.weight" : ".post_attention_layernorm.weight"), c.hidden);
+      if (!post.ok()) return std::move(post).take_error();
+      L.post_attention_norm.weight = std::move(*post);
+    }
+    L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
+    L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
+    auto a = Attention::load(ck, c, i);
+    if (!a.ok()) return std::move(a).take_error();
+    L.attention = std::move(*a);
+    auto f = Ffn::load(ck, c, i);
+    if (!f.ok()) return std::move(f).take_error();
+    L.ffn = std::move(*f);
+    if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
+  }
+  // Every stored tensor is bound above or is one of these, which published layouts ship
+  // and the model does not need: rotary inv_freq buffers (older transformers saved them
+  // with each attention layer; slm derives RoPE from config.json), activation and KV-cache
+  // scales of statically quantized exports (slm multiplies f32/bf16 activations and keeps
+  // its own KV precision), compressed-tensors' weight_shape (the shape is checked against
+  // config.json instead), and DeepSeek-V3's multi-token-prediction layers stored after the
+  // last decoder layer (num_nextn_predict_layers; this decoder does not draft with them).
+  std::size_t nextn = 0;
+  if (auto n = ck.config()["num_nextn_predict_layers"].as_int64(); n && *n > 0 && *n < 1024)
+    nextn = static_cast<std::size_t>(*n);
+  const std::string layers_dot = c.layers_prefix + ".";
+  SLM_TRY(ck.check_all_bound([&](std::string_view name) {
+    auto ends = [&](std::string_view suffix) {
+      return name.size() >= suffix.size() && name.substr(name.size() - suffix.size()) == suffix;
+    };
+    if (ends(".rotary_emb.inv_freq") || ends(".input_scale") || ends(".input_global_scale") || ends(".k_scale") ||
+        ends(".v_scale") || ends(".weight_shape"))
+      return true;
+    if (nextn == 0 || name.substr(0, layers_dot.size()) != layers_dot) return false;
+    std::size_t layer = 0, k = layers_dot.size();
+    if (k >= name.size() || name[k] < '0' || name[k] > '9') return false;
+    for (; k < name.size() && name[k] >= '0' && name[k] <= '9' && layer < (std::size_t{1} << 32); ++k)
+      layer = layer * 10 + static_cast<std::size_t>(name[k] - '0');
+    return k < name.size() && name[k] == '.' && layer >= c.n_layers && layer - c.n_layers < nextn;
+  }));
+  return m;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::check_format(const checkpoint& ck, std::size_t i, const layer& L) {
+  if constexpr (std::same_as<Format, format::any>) {  // every format is the composition's
+    return {};
+  } else {
+    status s;
+    auto check = [&](std::string_view name, const linear& l, bool projection) {
+      if (s.ok() && projection && l.w.format != Format::id)
+        s = make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " ", name, " is ", to_string(l.w.format),
+                       ", the composition this program was built with expects ", to_string(Format::id));
+    };
+    L.attention.for_each_linear(check);
+    L.ffn.for_each_linear(check);
+    return s;
+  }
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::forward(
+    std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+  SLM_TRY(weights_);
+  const model_config& c = m_->cfg_;
+  const std::size_t T = ids.size(), d = c.hidden;
+  if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
+  if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
+  if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
+  for (std::size_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= c.vocab)
+      return make_error(errc::out_of_range, "token id ", ids[t], " at index ", t, " is outside the vocabulary [0, ",
+                        c.vocab, ")");
+  if (pos_ + T > opt_.max_tokens)
+    return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
+                      opt_.max_tokens);
+  SLM_TRY(ensure_caches());
+  const std::size_t pos0 = pos_;
+  status s = run(ids, rows, logits, cx);
+  if (!s.ok()) {  // roll every cache back to where the call began
+    for (auto& kc : caches_) kc.truncate(pos0);
+    return s;
+  }
+  pos_ = pos0 + T;
+  (void)d;
+  return s;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+bool decoder<Attention, Ffn, Norm, Format>::session::can_rollback(std::size_t n) const noexcept {
+  if (n == 0) return true;
+  if (n > pos_) return false;
+  for (const auto& c : caches_)
+    if (!c.can_truncate(pos_ - n)) return false;
+  return true;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+std::size_t decoder<Attention, Ffn, Norm, Format>::session::rollback_limit() const noexcept {
+  std::size_t lim = pos_;
+  for (const auto& c : caches_) lim = std::min(lim, c.rollback_limit());
+  return lim;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::rollback(std::size_t n) {
+  if (n == 0) return {};
+  if (n > pos_)
+    return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
+  const std::size_t len = pos_ - n;
+  for (std::size_t i = 0; i < caches_.size(); ++i)
+    if (!caches_[i].can_truncate(len))
+      return make_error(errc::unsupported, "rollback: layer ", i, " (", caches_[i].kind(), ") cannot drop ", n,
+                        " tokens: a recurrent layer keeps the states of its last ", caches_[i].rollback_limit(),
+                        " tokens (session_options::rollback_tokens = ", opt_.rollback_tokens,
+                        "); the session is unchanged");
+  for (auto& c : caches_) c.truncate(len);
+  pos_ = len;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+auto decoder<Attention, Ffn, Norm, Format>::session::snapshot() const -> result<typename decoder::snapshot> {
+  typename decoder::snapshot out;
+  session_options o = opt_;
+  o.reserve_tokens = 0;
+  SLM_TRY(make_caches(out.caches_, o));
+  for (std::size_t i = 0; i < caches_.size(); ++i)
+    if (auto st = out.caches_[i].copy_from(caches_[i]); !st.ok())
+      return std::move(st).with_context(cat("snapshot: layer ", i));
+  out.pos_ = pos_;
+  out.kv_ = opt_.kv;
+  out.fp_ = fingerprint(out.caches_);
+  return out;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::restore(const typename decoder::snapshot& snap) {
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  if (snap.kv_ != opt_.kv)
+    return make_error(errc::invalid_argument, "restore: the snapshot holds ", state_format::kv_name(static_cast<std::uint8_t>(snap.kv_)),
+                      " KV caches, this session stores ", state_format::kv_name(static_cast<std::uint8_t>(opt_.kv)),
+                      " (session_options::kv)");
+  const std::uint64_t fp = fingerprint(fresh);
+  if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
+    return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
+                      snap.caches_.size(), " layers, fingerprint ", snap.fp_, "; this model: ", fresh.size(),
+                      " layers, fingerprint ", fp, ")");
+  if (snap.pos_ > opt_.max_tokens)
+    return make_error(errc::out_of_range, "restore: the snapshot holds ", snap.pos_,
+                      " positions, this session's limit is ", opt_.max_tokens);
+  for (std::size_t i = 0; i < fresh.size(); ++i)
+    if (auto st = fresh[i].copy_from(snap.caches_[i]); !st.ok())
+      return std::move(st).with_context(cat("restore: layer ", i));
+  caches_ = std::move(fresh);
+  pos_ = snap.pos_;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<std::vector<std::byte>> decoder<Attention, Ffn, Norm, Format>::session::save() const {
+  std::vector<cache> scratch;
+  const std::vector<cache>* cs = &caches_;
+  SLM_TRY(current_caches(scratch, cs));
+  return state_blob(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+result<std::uint64_t> decoder<Attention, Ffn, Norm, Format>::session::saved_size() const {
+  std::vector<cache> scratch;
+  const std::vector<cache>* cs = &caches_;
+  SLM_TRY(current_caches(scratch, cs));
+  return state_blob_size(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::load(std::span<const std::byte> bytes) {
+  if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::make_caches(
+    std::vector<cache>& out, const session_options& o) const {
+  out.clear();
+  out.resize(m_->layers_.size());
+  for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(m_->layers_[i].attention.init_cache(out[i], o));
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::ensure_caches() {
+  if (!caches_.empty()) return {};
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  caches_ = std::move(fresh);
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::current_caches(
+    std::vector<cache>& scratch, const std::vector<cache>*& cs) const {
+  cs = &caches_;
+  if (!caches_.empty()) return {};
+  session_options o = opt_;
+  o.reserve_tokens = 0;
+  SLM_TRY(make_caches(scratch, o));
+  cs = &scratch;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+std::uint64_t decoder<Attention, Ffn, Norm, Format>::session::fingerprint(const std::vector<cache>& cs) const {
+  const model_config& c = m_->cfg_;
+  state_hasher h;
+  h.add(std::string_view("slm decoder session"));
+  for (std::size_t v : {c.n_layers, c.hidden, c.vocab, c.n_heads, c.n_kv_heads, c.head_dim, c.kv_lora_rank,
+                        c.qk_rope_dim, c.index_head_dim, c.ssm_heads, c.ssm_head_dim, c.ssm_state, c.ssm_groups,
+                        c.ssm_conv})
+    h.add(static_cast<std::uint64_t>(v));
+  h.add(static_cast<std::uint64_t>(opt_.kv));
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const layer_spec& l = c.layers[i];
+    h.add(static_cast<std::uint64_t>(l.attention));
+    h.add(static_cast<std::uint64_t>(l.ffn));
+    h.add(static_cast<std::uint64_t>(l.sparse));
+    h.add(static_cast<std::uint64_t>(l.window));
+    h.add(std::string_view(cs[i].kind()));
+    cs[i].fingerprint(h);
+  }
+  return h.value();
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+state_format::header decoder<Attention, Ffn, Norm, Format>::session::header_of(const std::vector<cache>& cs) const {
+  state_format::header h;
+  h.session = state_format::session_kind::decoder;
+  h.kv = static_cast<std::uint8_t>(opt_.kv);
+  h.fingerprint = fingerprint(cs);
+  h.records = cs.size();
+  h.position = pos_;
+  return h;
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::write_records(
+    state_writer& w, const std::vector<cache>& cs) const {
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    SLM_TRY(w.kind(cs[i].kind()));
+    if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
+  }
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::load_impl(std::span<const std::byte> bytes) {
+  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
+  std::vector<cache> fresh;
+  SLM_TRY(make_caches(fresh, opt_));
+  std::size_t position = 0;
+  state_reader r({});
+  SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
+  for (std::size_t i = 0; i < fresh.size(); ++i) {
+    const std::string_view want = fresh[i].kind();
+    SLM_TRY(expect_record(r, want, cat("layer ", i)));
+    if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
+    if (m_->layers_[i].has_mixer && fresh[i].size() != position)
+      return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
+                        " positions, the header says ", position);
+  }
+  if (r.remaining() != 0)
+    return make_error(errc::format_error, r.remaining(), " bytes after the last layer record");
+  caches_ = std::move(fresh);
+  pos_ = position;
+  return {};
+}
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+status decoder<Attention, Ffn, Norm, Format>::session::run(
+    std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+  const model_config& c = m_->cfg_;
+  const std::size_t T = ids.size(), d = c.hidden;
+  SLM_TRY(x_.resize(T * d));
+  SLM_TRY(h_.resize(T * d));
+  SLM_TRY(y_.resize(T * d));
+  for (std::size_t t = 0; t < T; ++t)
+    dequantize_row(m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
+  if (c.embedding_multiplier != 1.0f)
+    for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
+  const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
+  for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
+    SLM_TRY(check_cancelled(cx.cancel));
+    const layer& L = m_->layers_[i];
+    if (L.has_mixer) {
+      L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
+      SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
+      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+    }
+    if (L.has_ffn) {
+      L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
+      SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
+      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
+    }
+  }
+  if (rows == 0) return {};
+  const float* last = x_.data() + (T - rows) * d;
+  m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
+  SLM_TRY(m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
+  if (c.logits_scaling != 1.0f)
+    for (std::size_t k = 0; k < rows * c.vocab; ++k) logits[k] /= c.logits_scaling;
+  return {};
+}
+
+// The config-driven model: any supported architecture, chosen per layer at load time.
+using model = decoder<any_attention, any_ffn>;
+
+// Compiled mode: the library's decoder unit instantiates slm::model once; other files
+// use that instantiation (other compositions are instantiated where they are used).
+#if SLM_COMPILED && !SLM_UNIT_DECODER
+extern template class decoder<any_attention, any_ffn>;
+#elif SLM_COMPILED
+template class decoder<any_attention, any_ffn>;
+#endif
+
+}  // namespace slm
+
+// Compiled mode: the generator of this model's session is compiled by the library
+// (slm/generate/generator_instances.hpp).
+#define SLM_MODEL_HPP_INCLUDED 1
+#include "slm/generate/generator_instances.hpp"
