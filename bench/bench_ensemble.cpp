@@ -379,9 +379,9 @@ int run_thesis(const options& o, slm::compute_context& cx, json_out& js) {
         for (std::size_t r = 0; r + 1 < T; ++r) {
           const std::span<const float> z(logits.data() + r * row, V);
           const std::int32_t y = ids[r + 1];
-          out.nll.push_back(ens::row_nll(z, y, 1.0));
+          out.nll.push_back(slm::token_nll(z, y, 1.0));
           out.correct += static_cast<std::size_t>(std::max_element(z.begin(), z.end()) - z.begin()) == static_cast<std::size_t>(y);
-          if (parity == 1 && o.calib_rows > 0) out.nll_cal.push_back(ens::row_nll(z, y, cal_scale));
+          if (parity == 1 && o.calib_rows > 0) out.nll_cal.push_back(slm::token_nll(z, y, cal_scale));
           if (parity == 0 && o.calib_rows > 0 && seen[m]++ % stride[m] == 0) {
             calib[m].logits.insert(calib[m].logits.end(), z.begin(), z.end());
             calib[m].targets.push_back(y);
@@ -605,7 +605,7 @@ int run_thesis(const options& o, slm::compute_context& cx, json_out& js) {
           lp_dom[files[fi].domain].push_back(-sc[fi][m].nll[t]);
         }
     }
-    for (double& x : lp_all) x = std::min(x, 0.0);  // row_nll may round to -1e-17
+    for (double& x : lp_all) x = std::min(x, 0.0);  // token_nll may round to -1e-17
     for (auto& v : lp_dom)
       for (double& x : v) x = std::min(x, 0.0);
     auto w_all = ens::fit_mixture_weights(lp_all, M);

@@ -3,7 +3,7 @@
 # declare for its users. Users get SLM_COMPILED_LIB through the target, so every file
 # that links slm::compiled sees the declarations only.
 add_library(slm_compiled STATIC
-  src/io.cpp src/kernels.cpp src/text.cpp src/decoder.cpp src/nam56r.cpp src/ensemble.cpp)
+  src/io.cpp src/kernels.cpp src/text.cpp src/decoder.cpp src/nam56r.cpp src/models.cpp src/ensemble.cpp)
 add_library(slm::compiled ALIAS slm_compiled)
 set_target_properties(slm_compiled PROPERTIES OUTPUT_NAME slm EXPORT_NAME compiled POSITION_INDEPENDENT_CODE ON)
 target_link_libraries(slm_compiled PUBLIC slm)

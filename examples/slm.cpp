@@ -343,33 +343,19 @@ std::size_t argmax(const float* v, std::size_t n) {  // the first maximum, as to
   return static_cast<std::size_t>(std::max_element(v, v + n) - v);
 }
 
-// Loads the model in `dir` as the kind its config.json names - the NAM56R specialist
-// (model_type "nam56r"), a nanochat-lineage model ("nanochat"), or any architecture of
-// the config-driven decoder - and calls fn(model). The three share the session interface
+// Loads the model in `dir` as the family its config.json names (slm::any_model: the NAM56R
+// specialist, a nanochat-lineage model, or any architecture of the config-driven decoder)
+// and calls fn(model) with the family's own type. The three share the session interface
 // the commands use (new_session, forward, vocab).
 template <class Fn>
+int with_loaded(const slm::any_model& m, Fn&& fn) {
+  return std::visit([&](const auto& model) -> int { return fn(model); }, m.get());
+}
+template <class Fn>
 int with_model(std::string_view dir, const slm::checkpoint_options& opt, Fn&& fn) {
-  const std::filesystem::path path{std::string(dir)};
-  std::string type;
-  {
-    auto ck = open_metadata(path);
-    if (!ck.ok()) return fail(ck.error());
-    const slm::json::value& t = ck->config()["model_type"];
-    if (t.is_string()) type = std::string(t.as_string());
-  }
-  if (type == "nam56r") {
-    auto m = slm::nam56r_model::load(path, opt);
-    if (!m.ok()) return fail(m.error());
-    return fn(*m);
-  }
-  if (type == "nanochat") {
-    auto m = slm::nanochat_model::load(path, opt);
-    if (!m.ok()) return fail(m.error());
-    return fn(*m);
-  }
-  auto m = slm::model::load(path, opt);
+  auto m = slm::any_model::load(std::filesystem::path{std::string(dir)}, opt);
   if (!m.ok()) return fail(m.error());
-  return fn(*m);
+  return with_loaded(*m, fn);
 }
 
 // slm logits: the logits of a token sequence, as tensor "logits" F32 [T, V] in a
@@ -457,19 +443,10 @@ slm::result<float> parse_float(const args& a, std::string_view key, float fallba
   return v;
 }
 
-// The sampling settings: generation_config.json's as transformers reads them (do_sample
-// false or absent: greedy; temperature, top_k, top_p, min_p, repetition_penalty), then
-// the command line over them. --temp 0 is greedy.
-slm::result<slm::sampler_config> parse_sampling(const args& a, const slm::json::value* gen) {
-  slm::sampler_config c;
-  c.temperature = 0.0f;
-  if (gen && gen->get_bool("do_sample", false)) {
-    c.temperature = static_cast<float>(gen->get_double("temperature", 1.0));
-    c.top_k = static_cast<std::int32_t>(gen->get_int64("top_k", 50));  // transformers' default top_k is 50
-    c.top_p = static_cast<float>(gen->get_double("top_p", 1.0));
-    c.min_p = static_cast<float>(gen->get_double("min_p", 0.0));
-  }
-  if (gen) c.repetition_penalty = static_cast<float>(gen->get_double("repetition_penalty", 1.0));
+// The sampling settings: the model's defaults (generation_config.json as transformers
+// reads it: slm::load's defaults.sampling), then the command line over them. --temp 0 is
+// greedy.
+slm::result<slm::sampler_config> parse_sampling(const args& a, slm::sampler_config c) {
   auto f = [&](std::string_view key, float& slot) -> slm::status {
     auto v = parse_float(a, key, slot);
     if (!v.ok()) return std::move(v).error();
@@ -514,33 +491,6 @@ slm::result<slm::sampler_config> parse_sampling(const args& a, const slm::json::
     c.logit_bias.emplace_back(id, bias);
   }
   return c;
-}
-
-// The ids that end generation: the tokenizer's EOS and every eos_token_id of config.json
-// and generation_config.json (an integer or a list).
-std::vector<std::int32_t> stop_ids(const slm::checkpoint& ck, const slm::tokenizer* tok) {
-  std::vector<std::int32_t> ids;
-  auto add = [&](const slm::json::value& v) {
-    if (auto n = v.as_int64(); n && *n >= 0) ids.push_back(static_cast<std::int32_t>(*n));
-    for (const auto& x : v.items())
-      if (auto n = x.as_int64(); n && *n >= 0) ids.push_back(static_cast<std::int32_t>(*n));
-  };
-  add(ck.config()["eos_token_id"]);
-  if (const auto* g = ck.generation_config()) add((*g)["eos_token_id"]);
-  if (tok && tok->specials().eos >= 0) ids.push_back(tok->specials().eos);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  return ids;
-}
-
-// The tokenizer of a model directory: tokenizer.json (+ tokenizer_config.json), or
-// nullopt when the directory has none.
-slm::result<std::optional<slm::tokenizer>> load_tokenizer(const std::filesystem::path& dir) {
-  std::error_code ec;
-  if (!std::filesystem::exists(dir / "tokenizer.json", ec)) return std::optional<slm::tokenizer>();
-  auto t = slm::tokenizer::load_dir(dir);
-  if (!t.ok()) return std::move(t).error();
-  return std::optional<slm::tokenizer>(std::move(*t));
 }
 
 // With --mmap the weights are not read at load: read every page of the model's shards
@@ -622,14 +572,21 @@ int cmd_run(const args& a) {
   auto drafts = parse_count(a, "draft", 0);
   if (!drafts.ok()) return usage_error(drafts.error().message());
 
+  // The sampling options are checked before the (long) load; applied over the model's
+  // defaults after it.
+  if (auto s = parse_sampling(a, slm::sampler_config{}); !s.ok()) return usage_error(s.error().message());
   const std::filesystem::path dir{std::string(model)};
-  auto ck = open_metadata(dir);
-  if (!ck.ok()) return fail(ck.error());
-  auto sampling = parse_sampling(a, ck->generation_config());
+  std::error_code ec;
+  if (!ids_mode && !std::filesystem::exists(dir / "tokenizer.json", ec))
+    return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (use --prompt-ids)"));
+  weight_progress progress(a.has("progress"));  // the weights are read (or, --mmap, touched) before the first forward
+  slm::load_options lo;
+  lo.checkpoint = load_options(a, &progress);
+  auto loaded = slm::load(dir, lo);  // the checkpoint once: model, tokenizer, generation defaults
+  if (!loaded.ok()) return fail(loaded.error());
+  auto sampling = parse_sampling(a, loaded->defaults.sampling);
   if (!sampling.ok()) return usage_error(sampling.error().message());
-  auto tok = load_tokenizer(dir);
-  if (!tok.ok()) return fail(tok.error());
-  const slm::tokenizer* t = *tok ? &**tok : nullptr;
+  const slm::tokenizer* t = loaded->tok ? &*loaded->tok : nullptr;
   if (!ids_mode && !t) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (use --prompt-ids)"));
   if (text_mode) {
     slm::encode_options eo;
@@ -651,12 +608,11 @@ int cmd_run(const args& a) {
   }
   slm::generation_options go;
   go.max_new_tokens = *n;
-  if (!a.has("ignore-eos")) go.stop_tokens = stop_ids(*ck, t);
+  if (!a.has("ignore-eos")) go.stop_tokens = loaded->defaults.eos_ids;
   go.stop_strings = a.all("stop");
   const bool stream = a.has("stream");
-  weight_progress progress(a.has("progress"));  // the weights are read (or, --mmap, touched) before the first forward
 
-  return with_model(model, load_options(a, &progress), [&](const auto& m) -> int {
+  return with_loaded(loaded->model, [&](const auto& m) -> int {
     touch_mapped_weights(m.weights(), progress);
     const std::size_t V = m.vocab();
     if (auto s = check_vocab(ids_mode ? "prompt-ids" : "prompt", prompt, V); !s.ok()) return usage_error(s.message());
@@ -819,32 +775,26 @@ int cmd_detokenize(const args& a) {
 // training forward of `slm logits --mode full` (README: why).
 struct perplexity_tally {
   std::string name;
-  std::size_t tokens = 0, top1 = 0;
-  std::uint64_t bytes = 0;
-  double nll = 0;  // nats, summed over the predicted tokens
+  slm::score_tally score;  // tokens, top-1 hits, bytes, NLL in nats
 
-  void add(const perplexity_tally& o) { tokens += o.tokens, top1 += o.top1, bytes += o.bytes, nll += o.nll; }
-  double nll_per_token() const { return tokens ? nll / static_cast<double>(tokens) : 0.0; }
-  double bits_per_byte() const { return bytes ? nll / std::log(2.0) / static_cast<double>(bytes) : 0.0; }
-  double top1_percent() const { return tokens ? 100.0 * static_cast<double>(top1) / static_cast<double>(tokens) : 0.0; }
   std::string line() const {
     char buf[256];
-    std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%", tokens,
-                  static_cast<unsigned long long>(bytes), nll_per_token(), std::exp(nll_per_token()), bits_per_byte(),
-                  top1_percent());
+    std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%",
+                  score.tokens, static_cast<unsigned long long>(score.bytes), score.nll_per_token(), score.perplexity(),
+                  score.bits_per_byte(), 100.0 * score.top1_rate());
     return buf;
   }
   slm::json::value to_json() const {
     slm::json::value v = slm::json::value::make_object();
     if (!name.empty()) v.set("name", slm::json::value(name));
-    v.set("tokens", slm::json::value(tokens));
-    v.set("bytes", slm::json::value(bytes));
-    v.set("nll_sum", slm::json::value(nll));
-    v.set("nll_per_token", slm::json::value(nll_per_token()));
-    v.set("ppl", slm::json::value(std::exp(nll_per_token())));
-    v.set("bits_per_byte", slm::json::value(bits_per_byte()));
-    v.set("top1_correct", slm::json::value(top1));
-    v.set("top1", slm::json::value(tokens ? static_cast<double>(top1) / static_cast<double>(tokens) : 0.0));
+    v.set("tokens", slm::json::value(score.tokens));
+    v.set("bytes", slm::json::value(score.bytes));
+    v.set("nll_sum", slm::json::value(score.nll));
+    v.set("nll_per_token", slm::json::value(score.nll_per_token()));
+    v.set("ppl", slm::json::value(score.perplexity()));
+    v.set("bits_per_byte", slm::json::value(score.bits_per_byte()));
+    v.set("top1_correct", slm::json::value(score.top1));
+    v.set("top1", slm::json::value(score.top1_rate()));
     return v;
   }
 };
@@ -905,16 +855,19 @@ int cmd_perplexity(const args& a) {
   const std::string_view json_path = a.get("json");
   if (a.has("json") && json_path.empty()) return usage_error("--json needs a file name");
 
-  const std::filesystem::path dir{std::string(model)};
-  auto tok = load_tokenizer(dir);
-  if (!tok.ok()) return fail(tok.error());
-  if (!*tok) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (perplexity needs text)"));
-  const slm::tokenizer& t = **tok;
   auto docs = read_documents(a);
   if (!docs.ok()) return fail(docs.error());
+  const std::filesystem::path dir{std::string(model)};
+  std::error_code ec;
+  if (!std::filesystem::exists(dir / "tokenizer.json", ec))  // before the weights are read
+    return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (perplexity needs text)"));
+  auto loaded = slm::load(dir, slm::load_options{load_options(a), true});
+  if (!loaded.ok()) return fail(loaded.error());
+  if (!loaded->tok) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (perplexity needs text)"));
+  const slm::tokenizer& t = *loaded->tok;
 
-  return with_model(model, load_options(a), [&](const auto& m) -> int {
-    const std::size_t rows_per_token = m.vocab(), V = std::min(t.vocab_size(), rows_per_token);
+  return with_loaded(loaded->model, [&](const auto& m) -> int {
+    const std::size_t V = std::min(t.vocab_size(), m.vocab());
     const std::size_t model_ctx = m.new_session(opt->session).max_tokens();
     const std::size_t ctx = std::min(*ctx_arg, model_ctx), stride = *stride_arg ? *stride_arg : ctx / 2;
     if (ctx < 2) return fail(slm::make_error(slm::errc::invalid_argument, "the model's context of ", model_ctx, " tokens is under 2"));
@@ -926,58 +879,39 @@ int cmd_perplexity(const args& a) {
     eo.add_special_tokens = true;
     eo.parse_special = false;  // the text is data
     const std::int32_t bos = t.specials().bos;
-    std::vector<float> logits;  // [rows, rows_per_token] of one window
+    slm::score_options so;  // windows of ctx tokens every stride, each one batched prefill
+    so.ctx = ctx;
+    so.stride = stride;
+    so.vocab = V;
+    so.session = opt->session;
     perplexity_tally total;
     std::vector<perplexity_tally> per_doc;
     const auto t0 = std::chrono::steady_clock::now();
     for (const auto& [name, text] : *docs) {
-      if (total.tokens >= *budget) break;  // --max-tokens: whole documents only
+      if (total.score.tokens >= *budget) break;  // --max-tokens: whole documents only
       auto enc = t.encode(text, eo);
       if (!enc.ok()) return fail(std::move(enc).take_error().with_context(name));
       std::vector<std::int32_t>& ids = *enc;
       if (bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
-      for (std::size_t i = 0; i < ids.size(); ++i)
-        if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= rows_per_token)
-          return fail(slm::make_error(slm::errc::out_of_range, name, ": token id ", ids[i], " (token ", i,
-                                      ") is outside the model's vocabulary [0, ", rows_per_token, ")"));
       perplexity_tally doc;
       doc.name = name;
-      doc.bytes = text.size();
-      const std::size_t N = ids.size();
-      // Window [begin, end) scores targets [first, end): row i of it predicts ids[begin + i + 1].
-      for (std::size_t begin = 0, scored_to = 1; scored_to < N;) {
-        const std::size_t end = std::min(begin + ctx, N), first = std::max(scored_to, begin + 1);
-        const std::size_t n = end - begin, rows = n - (first - 1 - begin);  // the last `rows` rows: targets first..end
-        logits.resize(rows * rows_per_token);
-        auto session = m.new_session(opt->session);  // every window starts fresh
-        if (auto s = session.forward(std::span(ids.data() + begin, n), rows, logits.data(), cx); !s.ok())
-          return fail(s.with_context(name));
-        for (std::size_t j = first; j < end; ++j) {  // row (j - first) predicts ids[j]
-          const float* row = logits.data() + (j - first) * rows_per_token;
-          const std::size_t target = static_cast<std::size_t>(ids[j]);
-          const std::size_t best = argmax(row, V);
-          double sum = 0;
-          const double top = row[best];
-          for (std::size_t v = 0; v < V; ++v) sum += std::exp(static_cast<double>(row[v]) - top);
-          doc.nll += top + std::log(sum) - static_cast<double>(row[target]);
-          doc.top1 += best == target;
-          doc.tokens += 1;
-        }
-        scored_to = end;
-        if (end == N) break;
-        begin = std::min(begin + stride, end - 1);  // stride == ctx: one token of overlap
+      if (ids.size() >= 2) {
+        auto r = slm::score_tokens(m, ids, so, cx);
+        if (!r.ok()) return fail(std::move(r).take_error().with_context(name));
+        doc.score = *r;
       }
-      total.add(doc);
+      doc.score.bytes = text.size();
+      total.score.add(doc.score);
       per_doc.push_back(std::move(doc));
       if (a.has("verbose")) std::printf("doc %s  %s\n", per_doc.back().line().c_str(), per_doc.back().name.c_str());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (total.tokens == 0)
+    if (total.score.tokens == 0)
       return fail(slm::make_error(slm::errc::invalid_argument, "nothing to predict: every document is a single token"));
     std::printf("%s\n", total.line().c_str());
     std::fprintf(stderr, "slm: %zu of %zu documents, ctx %zu, stride %zu, vocab %zu: %zu tokens in %.3f s (%.1f tok/s)\n",
-                 per_doc.size(), docs->size(), ctx, stride, V, total.tokens, seconds,
-                 seconds > 0 ? static_cast<double>(total.tokens) / seconds : 0.0);
+                 per_doc.size(), docs->size(), ctx, stride, V, total.score.tokens, seconds,
+                 seconds > 0 ? static_cast<double>(total.score.tokens) / seconds : 0.0);
     if (!json_path.empty()) {
       slm::json::value j = total.to_json();
       j.set("model", slm::json::value(std::string(model)));
@@ -1081,11 +1015,9 @@ int cmd_bench_model(const args& a) {
   if (!ng.ok()) return usage_error(ng.error().message());
   auto opt = parse_run_options(a);
   if (!opt.ok()) return usage_error(opt.error().message());
-  auto ck = open_metadata(dir);
-  if (!ck.ok()) return fail(ck.error());
-  const std::uint64_t bytes_per_token = weight_bytes_per_token(*ck);
-  const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
   return with_model(a.get("model"), load_options(a), [&](const auto& m) -> int {
+    const std::uint64_t bytes_per_token = weight_bytes_per_token(m.weights());
+    const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
     const std::size_t V = m.vocab();
     std::vector<std::int32_t> ids(*np);
     for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
@@ -1360,7 +1292,7 @@ int cmd_ensemble(const args& a) {
   if (prompt.empty()) return usage_error("ensemble needs --prompt TEXT or --prompt-file FILE");
   auto n = parse_count(a, "tokens", 128);
   if (!n.ok()) return usage_error(slm::cat(n.error().message(), " (-n)"));
-  auto sampling = parse_sampling(a, nullptr);
+  auto sampling = parse_sampling(a, slm::sampling_from_generation_config(nullptr));  // greedy unless told
   if (!sampling.ok()) return usage_error(sampling.error().message());
   slm::ensemble::request q;
   q.prompt = prompt;

@@ -58,6 +58,9 @@
 #ifndef SLM_UNIT_NAM56R
 #define SLM_UNIT_NAM56R 0    // the NAM56R specialist and the nanochat lineage
 #endif
+#ifndef SLM_UNIT_MODELS
+#define SLM_UNIT_MODELS 0    // any model family behind one type, slm::load, generation defaults
+#endif
 #ifndef SLM_UNIT_ENSEMBLE
 #define SLM_UNIT_ENSEMBLE 0  // the ensemble: registry, routers, strategies, converters
 #endif
@@ -67,4 +70,5 @@
 #define SLM_DEFINE_TEXT (!SLM_COMPILED || SLM_UNIT_TEXT)
 #define SLM_DEFINE_DECODER (!SLM_COMPILED || SLM_UNIT_DECODER)
 #define SLM_DEFINE_NAM56R (!SLM_COMPILED || SLM_UNIT_NAM56R)
+#define SLM_DEFINE_MODELS (!SLM_COMPILED || SLM_UNIT_MODELS)
 #define SLM_DEFINE_ENSEMBLE (!SLM_COMPILED || SLM_UNIT_ENSEMBLE)

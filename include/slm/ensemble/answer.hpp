@@ -30,6 +30,7 @@
 
 #include "slm/text/detokenizer.hpp"
 #include "slm/ensemble/member.hpp"
+#include "slm/generate/scoring.hpp"
 #include "slm/generate/generator.hpp"
 #include "slm/generate/sampling.hpp"
 #include "slm/core/status.hpp"
@@ -171,13 +172,10 @@ SLM_INLINE std::string normalise_answer(std::string_view s, bool case_fold) {
 }
 
 SLM_INLINE token_logprob log_softmax_at(std::span<const float> row, std::int32_t id, float temperature) {
-  double mx = -std::numeric_limits<double>::infinity();
-  for (float x : row) mx = std::max(mx, static_cast<double>(x));
-  const double t = temperature;
-  double sum = 0;
-  for (float x : row) sum += std::exp((static_cast<double>(x) - mx) / t);
-  const double lse = std::log(sum);  // log sum exp((x - max) / T)
-  return {(static_cast<double>(row[static_cast<std::size_t>(id)]) - mx) / t - lse, -lse};
+  const double scale = 1.0 / static_cast<double>(temperature);
+  const double lse = log_sum_exp(row, scale);  // log sum exp(x / T)
+  const double top = scale * static_cast<double>(row[row_argmax(row)]);
+  return {scale * static_cast<double>(row[static_cast<std::size_t>(id)]) - lse, top - lse};
 }
 
 SLM_INLINE status detail::check_member(const member_ref& m, std::string_view what) {

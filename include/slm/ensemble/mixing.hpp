@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "slm/ensemble/member.hpp"
+#include "slm/generate/scoring.hpp"
 #include "slm/generate/generator.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/generate/sampling.hpp"
@@ -337,12 +338,7 @@ SLM_INLINE double heldout_rows::mean_nll(double t) const {
 }
 
 SLM_INLINE double heldout_rows::log_prob(std::size_t r, double t) const {
-  const float* z = logits.data() + r * vocab;
-  double mx = -std::numeric_limits<double>::infinity();
-  for (std::size_t v = 0; v < vocab; ++v) mx = std::max(mx, static_cast<double>(z[v]));
-  double s = 0.0;
-  for (std::size_t v = 0; v < vocab; ++v) s += std::exp((static_cast<double>(z[v]) - mx) / t);
-  return (static_cast<double>(z[static_cast<std::size_t>(targets[r])]) - mx) / t - std::log(s);
+  return -token_nll(std::span<const float>(logits.data() + r * vocab, vocab), targets[r], 1.0 / t);
 }
 
 SLM_INLINE void heldout_rows::target_log_probs(double t, std::size_t member, std::size_t members, std::vector<double>& log_probs) const {

@@ -90,15 +90,12 @@ SLM_INLINE status check_labels(std::span<const std::string> labels) {
 
 #include "slm/core/buffer.hpp"
 #include "slm/ensemble/member.hpp"
+#include "slm/generate/scoring.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/text/tokenizer.hpp"
 
 namespace slm::ensemble {
-
-// -log softmax(scale * logits)[target] in nats, in double: log-sum-exp of the row (max
-// subtracted first) minus the target's logit. scale = 1 / temperature.
-double row_nll(std::span<const float> logits, std::int32_t target, double scale = 1.0);
 
 // ---------------------------------------------------------------------------------------
 // perplexity_router: score the prompt under each member, prefill only, and prefer the one
@@ -143,14 +140,6 @@ static_assert(router<perplexity_router>);
 
 // ---- implementation (SLM_DEFINE_ENSEMBLE)
 #if SLM_DEFINE_ENSEMBLE
-
-SLM_INLINE double row_nll(std::span<const float> logits, std::int32_t target, double scale) {
-  double mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, scale * static_cast<double>(v));
-  double sum = 0;
-  for (float v : logits) sum += std::exp(scale * static_cast<double>(v) - mx);
-  return mx + std::log(sum) - scale * static_cast<double>(logits[static_cast<std::size_t>(target)]);
-}
 
 SLM_INLINE result<perplexity_router> perplexity_router::create(std::vector<std::string> labels, std::span<const member_ref> members,
                                         executor_ref ex, perplexity_options opt) {
@@ -198,25 +187,17 @@ SLM_INLINE result<double> perplexity_router::bits_per_byte(const member_ref& m, 
   auto scored = m.tok->decode(std::span<const std::int32_t>(ids).subspan(1));
   if (!scored.ok()) return std::move(scored).take_error();
   if (scored->empty()) return make_error(errc::invalid_argument, "the scored tokens decode to no bytes");
-  const std::size_t vocab = m.model->vocab();
-  for (std::size_t t = 0; t < ids.size(); ++t)
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
-      return make_error(errc::out_of_range, "token id ", ids[t], " at ", t, " outside the model's vocabulary of ", vocab);
-  member_session s = m.model->new_session();
-  if (ids.size() > s.max_tokens())
-    return make_error(errc::out_of_range, ids.size(), " tokens exceed the member's context of ", s.max_tokens());
-  floats logits;
-  SLM_TRY(logits.resize(std::min(opt_.chunk_rows, ids.size()) * vocab));
-  const double scale = 1.0 / static_cast<double>(m.temperature);
-  double nats = 0;
-  for (std::size_t lo = 0; lo < ids.size(); lo += opt_.chunk_rows) {
-    const std::size_t rows = std::min(opt_.chunk_rows, ids.size() - lo);
-    // [rows] new tokens -> logits [rows, vocab]; row r predicts ids[lo + r + 1]
-    SLM_TRY(s.forward(std::span<const std::int32_t>(ids).subspan(lo, rows), rows, logits.data(), cx));
-    for (std::size_t r = 0; r < rows && lo + r + 1 < ids.size(); ++r)
-      nats += row_nll(std::span<const float>(logits.data() + r * vocab, vocab), ids[lo + r + 1], scale);
-  }
-  return nats / std::log(2.0) / static_cast<double>(scored->size());
+  const std::size_t limit = m.model->new_session().max_tokens();
+  if (ids.size() > limit) return make_error(errc::out_of_range, ids.size(), " tokens exceed the member's context of ", limit);
+  // One window over all of ids (it fits the context), prefilled in chunks of chunk_rows rows.
+  score_options so;
+  so.ctx = so.stride = ids.size();
+  so.chunk_rows = opt_.chunk_rows;
+  so.scale = 1.0 / static_cast<double>(m.temperature);
+  auto t = score_tokens(*m.model, ids, so, cx);
+  if (!t.ok()) return std::move(t).take_error();
+  t->bytes = scored->size();
+  return t->bits_per_byte();
 }
 
 #endif  // SLM_DEFINE_ENSEMBLE

@@ -100,7 +100,7 @@
 #include "slm/layers/moe.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/recurrent_cache.hpp"
-#include "slm/models/session_options.hpp"
+#include "slm/layers/session_options.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {

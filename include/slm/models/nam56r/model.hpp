@@ -79,7 +79,7 @@
 #include "slm/layers/mamba3.hpp"
 #include "slm/layers/mla.hpp"
 #include "slm/layers/mlp.hpp"
-#include "slm/models/session_options.hpp"
+#include "slm/layers/session_options.hpp"
 #include "slm/layers/moe.hpp"
 #include "slm/models/nam56r/pattern.hpp"
 #include "slm/layers/ngram_embedding.hpp"
@@ -137,6 +137,8 @@ class nam56r_model : public movable_model<nam56r_model> {
   using attention = basic_mla_attention<rope_interleaved>;
 
   static result<nam56r_model> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
+  // Loads an opened checkpoint (it moves into the model).
+  static result<nam56r_model> from_checkpoint(checkpoint&& ck);
 
   const nam56r_config& config() const noexcept { return cfg_; }
   std::size_t vocab() const noexcept { return cfg_.vocab_size; }
@@ -589,13 +591,17 @@ SLM_INLINE basic_mla_attention<rope_interleaved>::megatron_config nam56r_config:
 }
 
 SLM_INLINE result<nam56r_model> nam56r_model::load(const std::filesystem::path& dir, const checkpoint_options& opt) {
-  auto ck_in = checkpoint::open(dir, opt);
-  if (!ck_in.ok()) return std::move(ck_in).take_error();
-  auto cfg = nam56r_config::from_json(ck_in->config());
-  if (!cfg.ok()) return std::move(cfg).take_error().with_context(dir.string());
+  auto ck = checkpoint::open(dir, opt);
+  if (!ck.ok()) return std::move(ck).take_error();
+  return from_checkpoint(std::move(*ck));
+}
+
+SLM_INLINE result<nam56r_model> nam56r_model::from_checkpoint(checkpoint&& ck_in) {
+  auto cfg = nam56r_config::from_json(ck_in.config());
+  if (!cfg.ok()) return std::move(cfg).take_error().with_context(ck_in.dir().string());
   nam56r_model m;
   m.cfg_ = std::move(*cfg);
-  m.ck_.reset(new (std::nothrow) checkpoint(std::move(*ck_in)));
+  m.ck_.reset(new (std::nothrow) checkpoint(std::move(ck_in)));
   if (!m.ck_) return make_error(errc::out_of_memory, "cannot allocate the checkpoint");
   SLM_TRY(m.load_weights());
   return m;

@@ -82,7 +82,7 @@
 #include "slm/io/json.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/mhc.hpp"
-#include "slm/models/session_options.hpp"
+#include "slm/layers/session_options.hpp"
 #include "slm/models/nanochat/mamba.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/formats/quant_config.hpp"

@@ -1,4 +1,4 @@
-// slm/models/session_options.hpp - what a host chooses when it opens a session on any model:
+// slm/layers/session_options.hpp - what a host chooses when it opens a session on any model:
 // context limit, cache precision, MLA form, rollback depth. Every model family's
 // new_session() takes it (models/hf/model.hpp, models/nam56r/model.hpp, models/nanochat/model.hpp).
 #pragma once
