@@ -13,15 +13,7 @@ set(LAYERS core io text formats kernels layers generate models ensemble)
 set(EXCEPTIONS
   # The format policies name the fused kernels (a policy is a format and its kernels);
   # the kernel table of issue 19 takes them into kernels/.
-  "formats/policies.hpp -> kernels/matmul.hpp"
-  # Layers still load themselves from a checkpoint with the HF config (issue 19: one
-  # binder per family takes the names and config keys out of layers/).
-  "layers/attention.hpp -> models/hf/config.hpp"
-  "layers/dsa.hpp -> models/hf/config.hpp"
-  "layers/mamba2.hpp -> models/hf/config.hpp"
-  "layers/mla.hpp -> models/hf/config.hpp"
-  "layers/mlp.hpp -> models/hf/config.hpp"
-  "layers/moe.hpp -> models/hf/config.hpp")
+  "formats/policies.hpp -> kernels/matmul.hpp")
 
 file(GLOB_RECURSE headers RELATIVE ${INCLUDE_DIR}/slm ${INCLUDE_DIR}/slm/*.hpp)
 set(found "")

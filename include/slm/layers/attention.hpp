@@ -29,10 +29,8 @@
 #include <type_traits>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/core/cpu.hpp"
 #include "slm/layers/linear.hpp"
-#include "slm/models/hf/config.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/core/parallel.hpp"
@@ -174,42 +172,6 @@ struct basic_gqa_attention {
     }
   };
 
-  static result<basic_gqa_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
-                                          std::size_t layer) {
-    basic_gqa_attention a;
-    a.n_heads = c.n_heads;
-    a.n_kv_heads = c.n_kv_heads;
-    a.head_dim = c.head_dim;
-    a.window = c.layers[layer].window;
-    a.interleave = c.rope_interleave;
-    a.scale = c.attention_multiplier > 0 ? c.attention_multiplier  // Granite's muP scale
-                                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
-    a.rope = rope_table::make(c.rope, c.head_dim);
-    const std::size_t qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-    auto lq = load_linear(ck, prefix + ".q_proj", qd, c.hidden);
-    if (!lq.ok()) return std::move(lq).take_error();
-    auto lk = load_linear(ck, prefix + ".k_proj", kvd, c.hidden);
-    if (!lk.ok()) return std::move(lk).take_error();
-    auto lv = load_linear(ck, prefix + ".v_proj", kvd, c.hidden);
-    if (!lv.ok()) return std::move(lv).take_error();
-    auto lo = load_linear(ck, prefix + ".o_proj", c.hidden, qd);
-    if (!lo.ok()) return std::move(lo).take_error();
-    a.q = std::move(*lq);
-    a.k = std::move(*lk);
-    a.v = std::move(*lv);
-    a.o = std::move(*lo);
-    if (c.qk_norm) {
-      auto qn = load_vector(ck, prefix + ".q_norm.weight", c.head_dim);
-      if (!qn.ok()) return std::move(qn).take_error();
-      auto kn = load_vector(ck, prefix + ".k_norm.weight", c.head_dim);
-      if (!kn.ok()) return std::move(kn).take_error();
-      a.q_norm.weight = std::move(*qn);
-      a.k_norm.weight = std::move(*kn);
-      a.q_norm.eps = a.k_norm.eps = c.norm_eps;
-    }
-    return a;
-  }
-
   template <class Options>
   status init_cache(cache& kc, const Options& opt) const {
     return init_cache(kc, opt.kv, opt.reserve_tokens);
@@ -223,14 +185,6 @@ struct basic_gqa_attention {
   }
 
   // x [T, d] at positions kc.n.. -> out [T, d]; appends T positions to the cache.
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::gqa && !c.layers[layer].sparse &&
-           rope_fits<Rope>(c.rope_interleave);
-  }
-  static result<basic_gqa_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, c.attention_prefix(layer), c, layer);
-  }
-
   status forward(const float* x, std::size_t T, float* out, cache& kc, workspace& ws, compute_context& cx) const {
     floats& scratch = ws.proj;
     floats& attn_scratch = ws.attn;

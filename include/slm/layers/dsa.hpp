@@ -39,7 +39,6 @@
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
-#include "slm/models/hf/config.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/rope.hpp"
 #include "slm/core/status.hpp"
@@ -95,7 +94,6 @@ struct lightning_indexer {
   static status load_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
                              std::size_t q_in, std::size_t hidden, lightning_indexer& ix);
 
-  static result<lightning_indexer> load(const checkpoint& ck, const std::string& prefix, const model_config& c);
 
   // Appends the keys of x [T, d] (positions keys.n..) to `keys` and writes, per query,
   // top_k selected key indices to sel [T, top_k] (-1 where fewer keys are visible).
@@ -184,20 +182,6 @@ SLM_INLINE status lightning_indexer::load_weights(const checkpoint& ck, const st
   ix.k_norm.weight = std::move(*nw);
   ix.k_norm.bias = std::move(*nb);
   return {};
-}
-
-SLM_INLINE result<lightning_indexer> lightning_indexer::load(
-    const checkpoint& ck, const std::string& prefix, const model_config& c) {
-  lightning_indexer ix;
-  ix.n_heads = c.index_heads;
-  ix.head_dim = c.index_head_dim;
-  ix.top_k = c.index_topk;
-  ix.rope = rope_table::make(c.rope, c.qk_rope_dim);
-  SLM_TRY(load_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
-  ix.k_norm.eps = 1e-6f;  // fixed in the reference (nn.LayerNorm(head_dim, eps=1e-6))
-  ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_heads)));
-  ix.dot_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_head_dim)));
-  return ix;
 }
 
 SLM_INLINE status lightning_indexer::select(const float* x, const float* q_latent, std::size_t T, kv_rows& keys,

@@ -81,7 +81,6 @@
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
-#include "slm/models/hf/config.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/core/status.hpp"
@@ -169,11 +168,6 @@ class mamba2_mixer {
   // against cfg; an error names the tensor.
   static result<mamba2_mixer> load(const checkpoint& ck, std::string_view prefix, const mamba2_config& c);
 
-  // As a decoder layer (the sequence slot of mamba2 / nemotron_h blocks).
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::mamba2;
-  }
-  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer);
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
   status init_state(mamba2_state& s) const;
@@ -319,22 +313,6 @@ SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, std::st
     m.norm_w = std::move(*nw);
   }
   return m;
-}
-
-SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-  mamba2_config m;
-  m.d_model = c.hidden;
-  m.d_state = c.ssm_state;
-  m.d_conv = c.ssm_conv;
-  m.headdim = c.ssm_head_dim;
-  m.ngroups = c.ssm_groups;
-  m.chunk_size = c.ssm_chunk;
-  m.d_inner = c.ssm_heads * c.ssm_head_dim;
-  m.norm_group_size = c.ssm_norm_group;
-  m.eps = c.ssm_eps;
-  m.dt_min = c.ssm_dt_min;
-  if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
-  return load(ck, c.attention_prefix(layer), m);
 }
 
 SLM_INLINE status mamba2_mixer::init_state(mamba2_state& s) const {

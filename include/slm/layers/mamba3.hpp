@@ -61,9 +61,9 @@
 // For the decoder, `cache` is a recurrent_cache<mamba3_state> (layers/recurrent_cache.hpp), as
 // mamba2_mixer's: the current state, the undo of the last call, and with
 // session_options::rollback_tokens = R > 0 the states after each of the last R tokens;
-// mamba3_state has the kind / for_each_buffer members session save / load use. Wiring
-// into model_config / models/hf/model.hpp is not done here: accepts() / load(model_config) come
-// with the NAM56R config.
+// mamba3_state has the kind / for_each_buffer members session save / load use. The
+// config-driven HF decoder has no Mamba-3 binding (models/hf/bind.hpp): no Hugging Face
+// model_type has Mamba-3 layers; NAM56R's model (models/nam56r/) runs them.
 #pragma once
 #include "slm/core/build_mode.hpp"
 

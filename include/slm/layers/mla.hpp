@@ -42,7 +42,6 @@
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/dsa.hpp"
 #include "slm/layers/linear.hpp"
-#include "slm/models/hf/config.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/rope.hpp"
 #include "slm/core/status.hpp"
@@ -169,58 +168,6 @@ struct basic_mla_attention {
       return {};
     }
   };
-
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::mla && rope_fits<Rope>(c.rope_interleave);
-  }
-  static result<basic_mla_attention> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    return load(ck, c.attention_prefix(layer), c, layer);
-  }
-
-  static result<basic_mla_attention> load(const checkpoint& ck, const std::string& prefix, const model_config& c,
-                                          std::size_t layer) {
-    basic_mla_attention a;
-    a.n_heads = c.n_heads;
-    a.nope = c.qk_nope_dim;
-    a.rope_dim = c.qk_rope_dim;
-    a.v_dim = c.v_head_dim;
-    a.kv_lora = c.kv_lora_rank;
-    a.q_lora = c.q_lora_rank;
-    a.interleave = c.rope_interleave;
-    a.rope = rope_table::make(c.rope, c.qk_rope_dim);
-    a.scale = static_cast<float>(c.rope.softmax_scale_multiplier() / std::sqrt(static_cast<double>(c.qk_head_dim())));
-    const std::size_t H = c.n_heads, d = c.hidden, qk = c.qk_head_dim();
-    auto take = [&](linear& dst, const std::string& name, std::size_t out, std::size_t in) -> status {
-      auto l = load_linear(ck, prefix + name, out, in);
-      if (!l.ok()) return std::move(l).take_error();
-      dst = std::move(*l);
-      return {};
-    };
-    auto norm = [&](rms_norm& dst, const std::string& name, std::size_t n) -> status {
-      auto v = load_vector(ck, prefix + name, n);
-      if (!v.ok()) return std::move(v).take_error();
-      dst.weight = std::move(*v);
-      dst.eps = 1e-6f;  // DeepSeek's q_a/kv_a RMSNorms use their default eps, not rms_norm_eps
-      return {};
-    };
-    if (a.q_lora > 0) {
-      SLM_TRY(take(a.q_a, ".q_a_proj", a.q_lora, d));
-      SLM_TRY(norm(a.q_a_norm, ".q_a_layernorm.weight", a.q_lora));
-      SLM_TRY(take(a.q_b, ".q_b_proj", H * qk, a.q_lora));
-    } else {
-      SLM_TRY(take(a.q_proj, ".q_proj", H * qk, d));
-    }
-    SLM_TRY(take(a.kv_a, ".kv_a_proj_with_mqa", a.kv_lora + a.rope_dim, d));
-    SLM_TRY(norm(a.kv_a_norm, ".kv_a_layernorm.weight", a.kv_lora));
-    SLM_TRY(take(a.kv_b, ".kv_b_proj", H * (a.nope + a.v_dim), a.kv_lora));
-    SLM_TRY(take(a.o, ".o_proj", d, H * a.v_dim));
-    if (c.layers[layer].sparse) {
-      auto ix = lightning_indexer::load(ck, prefix + ".indexer", c);
-      if (!ix.ok()) return std::move(ix).take_error();
-      a.indexer = std::move(*ix);
-    }
-    return a;
-  }
 
   template <class Options>
   status init_cache(cache& kc, const Options& opt) const {

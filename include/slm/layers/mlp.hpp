@@ -17,7 +17,6 @@
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
-#include "slm/models/hf/config.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {
@@ -29,19 +28,11 @@ struct feed_forward {
   bool gated() const noexcept { return gate.out() != 0; }
   std::size_t hidden() const noexcept { return up.out(); }
 
-  // Loads `prefix`.{gate,up,down}_proj (gated) or `prefix`.{up,down}_proj (plain), or
-  // the Mixtral names w1 (gate), w3 (up), w2 (down) when `mixtral_names`.
-  static result<feed_forward> load(const checkpoint& ck, const std::string& prefix, std::size_t d, std::size_t hidden,
-                                   activation act, bool gated, bool mixtral_names = false);
-
   // The plain form from two named modules (Megatron: `linear_fc1` [hidden, d] and
   // `linear_fc2` [d, hidden] under a prefix; GELU for NAM56R's MTP MLP and shared expert).
   static result<feed_forward> load_plain(const checkpoint& ck, const std::string& up_module,
                                          const std::string& down_module, std::size_t d, std::size_t hidden,
                                          activation act);
-  // A dense feed-forward layer of a decoder: model.layers.N.mlp.
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::dense; }
-  static result<feed_forward> load(const checkpoint& ck, const model_config& c, std::size_t layer);
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.ffn, cx);
   }
@@ -62,27 +53,6 @@ struct feed_forward {
 
 #if SLM_DEFINE_DECODER
 
-SLM_INLINE result<feed_forward> feed_forward::load(const checkpoint& ck, const std::string& prefix, std::size_t d,
-                                                   std::size_t hidden, activation act, bool gated, bool mixtral_names) {
-  feed_forward f;
-  f.act = act;
-  const char* g = mixtral_names ? ".w1" : ".gate_proj";
-  const char* u = mixtral_names ? ".w3" : ".up_proj";
-  const char* dn = mixtral_names ? ".w2" : ".down_proj";
-  if (gated) {
-    auto l = load_linear(ck, prefix + g, hidden, d);
-    if (!l.ok()) return std::move(l).take_error();
-    f.gate = std::move(*l);
-  }
-  auto lu = load_linear(ck, prefix + u, hidden, d);
-  if (!lu.ok()) return std::move(lu).take_error();
-  f.up = std::move(*lu);
-  auto ld = load_linear(ck, prefix + dn, d, hidden);
-  if (!ld.ok()) return std::move(ld).take_error();
-  f.down = std::move(*ld);
-  return f;
-}
-
 SLM_INLINE result<feed_forward> feed_forward::load_plain(const checkpoint& ck, const std::string& up_module,
                                                          const std::string& down_module, std::size_t d,
                                                          std::size_t hidden, activation act) {
@@ -95,10 +65,6 @@ SLM_INLINE result<feed_forward> feed_forward::load_plain(const checkpoint& ck, c
   if (!ld.ok()) return std::move(ld).take_error();
   f.down = std::move(*ld);
   return f;
-}
-
-SLM_INLINE result<feed_forward> feed_forward::load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-  return load(ck, c.ffn_prefix(layer), c.hidden, c.intermediate, c.act, c.mlp_gated);
 }
 
 SLM_INLINE status feed_forward::forward(const float* x, std::size_t T, float* out, floats& scratch,

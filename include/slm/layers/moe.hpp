@@ -1,7 +1,7 @@
 // slm/layers/moe.hpp - Mixture-of-Experts feed-forward: router policies, routed experts,
 // shared experts.
 //
-// Routers (model_config::router):
+// Routers (router_kind, layers/moe_routing.hpp):
 //   softmax_topk     p = softmax(x Wr^T); the top-k experts by p; weights p_i, divided
 //                    by their sum when norm_topk_prob (Qwen3-MoE's flag; Mixtral always).
 //   sigmoid_grouped  s = sigmoid(x Wr^T); selection ranks s + e_score_correction_bias
@@ -32,7 +32,7 @@
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/mlp.hpp"
-#include "slm/models/hf/config.hpp"
+#include "slm/layers/moe_routing.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {
@@ -80,49 +80,6 @@ struct basic_moe_ffn {
   float routed_scaling = 1.0f;
 
   std::size_t n_experts() const noexcept { return experts.size(); }
-
-  static result<basic_moe_ffn> load(const checkpoint& ck, const std::string& prefix, const model_config& c) {
-    basic_moe_ffn m;
-    m.router = c.router;
-    m.top_k = c.experts_per_token;
-    m.n_group = c.router == router_kind::sigmoid_grouped ? c.n_group : 1;
-    m.topk_group = c.router == router_kind::sigmoid_grouped ? c.topk_group : 1;
-    m.norm_topk_prob = c.norm_topk_prob;
-    m.routed_scaling = c.router == router_kind::sigmoid_grouped ? c.routed_scaling_factor : 1.0f;
-    if (m.n_group > 256) return make_error(errc::unsupported, "config.json: n_group ", m.n_group, " is over 256");
-    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
-    if (ck.find(prefix + ".router.layer.weight")) {  // Granite: router.layer, input_linear / output_linear
-      SLM_TRY(load_granite(ck, prefix, c, m));
-      return m;
-    }
-    auto g = load_linear(ck, prefix + ".gate", E, d);
-    if (!g.ok()) return std::move(g).take_error();
-    m.gate = std::move(*g);
-    if (c.router == router_kind::sigmoid_grouped) {
-      auto b = load_vector(ck, prefix + ".gate.e_score_correction_bias", E);
-      if (!b.ok()) return std::move(b).take_error();
-      m.correction_bias = std::move(*b);
-    }
-    m.experts.resize(E);
-    const std::string stacked = prefix + ".experts.gate_up_proj";
-    if (ck.find(stacked)) {  // transformers 5.x in-memory layout: [E, 2I, d] and [E, d, I]
-      SLM_TRY(load_stacked(ck, prefix, c, m));
-    } else {
-      // Experts as Mixtral names them (w1 = gate, w3 = up, w2 = down) or as everyone else does.
-      const bool w123 = has_module(ck, prefix + ".experts.0.w1");
-      for (std::size_t e = 0; e < E; ++e) {
-        auto f = feed_forward::load(ck, cat(prefix, ".experts.", e), d, I, c.act, c.mlp_gated, w123);
-        if (!f.ok()) return std::move(f).take_error();
-        m.experts[e] = std::move(*f);
-      }
-    }
-    if (c.shared_expert_intermediate > 0) {
-      auto f = feed_forward::load(ck, prefix + ".shared_experts", d, c.shared_expert_intermediate, c.act, c.mlp_gated);
-      if (!f.ok()) return std::move(f).take_error();
-      m.shared = std::move(*f);
-    }
-    return m;
-  }
 
   // Megatron MoE sizes (models/nam56r/model.hpp fills it from config.json).
   struct megatron_config {
@@ -193,20 +150,6 @@ struct basic_moe_ffn {
     }
     return m;
   }
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    if (c.layers[layer].ffn != ffn_kind::moe) return false;
-    if constexpr (std::same_as<Router, softmax_topk_router>) return c.router == router_kind::softmax_topk;
-    else if constexpr (std::same_as<Router, sigmoid_grouped_router>) return c.router == router_kind::sigmoid_grouped;
-    else return true;
-  }
-  static result<basic_moe_ffn> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    // Mixtral checkpoints name the block block_sparse_moe; transformers 5.x calls it mlp.
-    const std::string mixtral = cat(c.layer_prefix(layer), ".block_sparse_moe");
-    return load(ck, has_module(ck, mixtral + ".gate") ? mixtral : c.ffn_prefix(layer), c);
-  }
-  static bool has_module(const checkpoint& ck, const std::string& module) {
-    return ck.find(module + ".weight") || ck.find(module + ".weight_packed");
-  }
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.expert, ws.ffn, cx);
   }
@@ -274,79 +217,6 @@ struct basic_moe_ffn {
     if (shared.up.out() != 0) shared.for_each_linear(fn);
   }
 
- private:
-  // Granite MoE: router.layer [E, d]; experts input_linear [E, 2I, d] (gate rows, then up
-  // rows) and output_linear [E, d, I]; beside the block, shared_mlp.input_linear [2Is, d]
-  // and output_linear [d, Is]. Dense (bf16/f16/f32) tensors only.
-  static status load_granite(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
-    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
-    auto g = load_linear(ck, prefix + ".router.layer", E, d);
-    if (!g.ok()) return std::move(g).take_error();
-    m.gate = std::move(*g);
-    m.experts.resize(E);
-    SLM_TRY(load_stacked_pair(ck, prefix + ".input_linear.weight", prefix + ".output_linear.weight", c, m));
-    const std::size_t Is = c.shared_expert_intermediate;
-    const std::string shared = prefix.substr(0, prefix.rfind('.')) + ".shared_mlp";
-    auto in = load_linear(ck, shared + ".input_linear", 2 * Is, d);
-    if (!in.ok()) return std::move(in).take_error();
-    auto out = load_linear(ck, shared + ".output_linear", d, Is);
-    if (!out.ok()) return std::move(out).take_error();
-    auto gate_rows = slice_rows(in->w, 0, Is);
-    auto up_rows = slice_rows(in->w, Is, Is);
-    if (!gate_rows.ok()) return std::move(gate_rows).take_error();
-    if (!up_rows.ok()) return std::move(up_rows).take_error();
-    m.shared.act = c.act;
-    m.shared.gate.w = *gate_rows;
-    m.shared.up.w = *up_rows;
-    m.shared.down = std::move(*out);
-    (void)I;
-    return {};
-  }
-
-  static status load_stacked(const checkpoint& ck, const std::string& prefix, const model_config& c, basic_moe_ffn& m) {
-    return load_stacked_pair(ck, prefix + ".experts.gate_up_proj", prefix + ".experts.down_proj", c, m);
-  }
-  static status load_stacked_pair(const checkpoint& ck, const std::string& gate_up_name, const std::string& down_name,
-                                  const model_config& c, basic_moe_ffn& m) {
-    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_intermediate;
-    auto gu = ck.tensor(gate_up_name);
-    auto dn = ck.tensor(down_name);
-    if (!gu.ok()) return std::move(gu).take_error();
-    if (!dn.ok()) return std::move(dn).take_error();
-    auto dims_are = [](const tensor_view& t, std::size_t a, std::size_t b, std::size_t cc) {
-      return t.rank() == 3 && static_cast<std::size_t>(t.dim(0)) == a && static_cast<std::size_t>(t.dim(1)) == b &&
-             static_cast<std::size_t>(t.dim(2)) == cc;
-    };
-    if (!dims_are(*gu, E, 2 * I, d) || !dims_are(*dn, E, d, I))
-      return make_error(errc::format_error, ck.dir().string(), ": '", gate_up_name, "' / '", down_name, "' are ",
-                        gu->shape().to_string(), " / ", dn->shape().to_string(), ", the config implies [", E, ", ", 2 * I,
-                        ", ", d, "] / [", E, ", ", d, ", ", I, "]");
-    for (std::size_t e = 0; e < E; ++e) {
-      const auto ei = static_cast<std::int64_t>(e);
-      auto gs = gu->slice(0, ei, ei + 1);
-      auto ds = dn->slice(0, ei, ei + 1);
-      if (!gs.ok()) return std::move(gs).take_error();
-      if (!ds.ok()) return std::move(ds).take_error();
-      auto g2 = gs->reshape(slm::shape{static_cast<std::int64_t>(2 * I), static_cast<std::int64_t>(d)});
-      auto d2 = ds->reshape(slm::shape{static_cast<std::int64_t>(d), static_cast<std::int64_t>(I)});
-      if (!g2.ok()) return std::move(g2).take_error();
-      if (!d2.ok()) return std::move(d2).take_error();
-      auto gw = make_dense(*g2);
-      auto dw = make_dense(*d2);
-      if (!gw.ok()) return std::move(gw).take_error();
-      if (!dw.ok()) return std::move(dw).take_error();
-      feed_forward& f = m.experts[e];
-      f.act = c.act;
-      auto gate_rows = slice_rows(*gw, 0, I);  // chunk(2): gate first, then up
-      auto up_rows = slice_rows(*gw, I, I);
-      if (!gate_rows.ok()) return std::move(gate_rows).take_error();
-      if (!up_rows.ok()) return std::move(up_rows).take_error();
-      f.gate.w = *gate_rows;
-      f.up.w = *up_rows;
-      f.down.w = *dw;
-    }
-    return {};
-  }
 };
 
 using moe_ffn = basic_moe_ffn<>;

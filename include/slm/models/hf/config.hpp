@@ -25,6 +25,7 @@
 
 #include "slm/io/json.hpp"
 #include "slm/layers/activation.hpp"
+#include "slm/layers/moe_routing.hpp"
 #include "slm/layers/rope.hpp"
 #include "slm/core/status.hpp"
 
@@ -32,10 +33,6 @@ namespace slm {
 
 enum class attention_kind : std::uint8_t { gqa, mla, mamba2, none };
 enum class ffn_kind : std::uint8_t { dense, moe, none };
-enum class router_kind : std::uint8_t {
-  softmax_topk,     // softmax over all experts, then top-k (Qwen-MoE, Mixtral)
-  sigmoid_grouped,  // sigmoid scores, + correction bias for selection, group-limited top-k (DeepSeek-V3)
-};
 
 struct layer_spec {
   attention_kind attention = attention_kind::gqa;

@@ -96,6 +96,7 @@
 #include "slm/layers/mamba2.hpp"
 #include "slm/layers/mla.hpp"
 #include "slm/layers/mlp.hpp"
+#include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/config.hpp"
 #include "slm/layers/moe.hpp"
 #include "slm/layers/norm.hpp"
@@ -112,12 +113,10 @@ namespace slm {
 // tag), fingerprint(), copy_from() (deep copy into a cache initialized for the same
 // layer), save() and load() (the record; load only into a freshly initialized cache).
 template <class A>
-concept attention_layer = requires(const A& a, typename A::cache& c, const typename A::cache& cc, const checkpoint& ck,
+concept attention_layer = hf::bound_layer<A> && requires(const A& a, typename A::cache& c, const typename A::cache& cc, const checkpoint& ck,
                                    const model_config& cfg, const session_options& o, const float* x, float* y,
                                    workspace& ws, compute_context& cx, state_writer& w, state_reader& r,
                                    state_hasher& h) {
-  { A::accepts(cfg, std::size_t{}) } -> std::same_as<bool>;
-  { A::load(ck, cfg, std::size_t{}) } -> std::same_as<result<A>>;
   { a.init_cache(c, o) } -> std::same_as<status>;
   { a.forward(x, std::size_t{}, y, c, ws, cx) } -> std::same_as<status>;
   { cc.size() } -> std::same_as<std::size_t>;
@@ -131,10 +130,8 @@ concept attention_layer = requires(const A& a, typename A::cache& c, const typen
   { c.load(r) } -> std::same_as<status>;
 };
 template <class F>
-concept ffn_layer = requires(const F& f, const checkpoint& ck, const model_config& cfg, const float* x, float* y,
+concept ffn_layer = hf::bound_layer<F> && requires(const F& f, const checkpoint& ck, const model_config& cfg, const float* x, float* y,
                              workspace& ws, compute_context& cx) {
-  { F::accepts(cfg, std::size_t{}) } -> std::same_as<bool>;
-  { F::load(ck, cfg, std::size_t{}) } -> std::same_as<result<F>>;
   { f.forward(x, std::size_t{}, y, ws, cx) } -> std::same_as<status>;
 };
 
@@ -173,10 +170,10 @@ struct attention_variant {
       return std::visit([&r](auto& c) -> status { return c.load(r); }, impl);
     }
   };
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (As::accepts(c, layer) || ...); }
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (hf::binding<As>::accepts(c, layer) || ...); }
   static result<attention_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     result<attention_variant> out = make_error(errc::unsupported, "layer ", layer, ": no attention type fits the config");
-    (void)((As::accepts(c, layer) ? (out = wrap(As::load(ck, c, layer)), true) : false) || ...);
+    (void)((hf::binding<As>::accepts(c, layer) ? (out = wrap(hf::binding<As>::load(ck, c, layer)), true) : false) || ...);
     return out;
   }
   template <class Options>
@@ -211,10 +208,10 @@ struct attention_variant {
 template <class... Fs>
 struct ffn_variant {
   std::variant<Fs...> impl;
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (Fs::accepts(c, layer) || ...); }
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (hf::binding<Fs>::accepts(c, layer) || ...); }
   static result<ffn_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     result<ffn_variant> out = make_error(errc::unsupported, "layer ", layer, ": no feed-forward type fits the config");
-    (void)((Fs::accepts(c, layer) ? (out = wrap(Fs::load(ck, c, layer)), true) : false) || ...);
+    (void)((hf::binding<Fs>::accepts(c, layer) ? (out = wrap(hf::binding<Fs>::load(ck, c, layer)), true) : false) || ...);
     return out;
   }
   status forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
@@ -445,7 +442,7 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
   m.cfg_ = std::move(*cfg);
   const model_config& c = m.cfg_;
   for (std::size_t i = 0; i < c.n_layers; ++i) {
-    if (!Attention::accepts(c, i) || !Ffn::accepts(c, i))
+    if (!hf::binding<Attention>::accepts(c, i) || !hf::binding<Ffn>::accepts(c, i))
       return make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " of this ", c.model_type,
                         " checkpoint needs ", c.describe_layer(i),
                         ", which the composition this program was built with does not provide");
@@ -486,10 +483,10 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
     }
     L.input_norm.eps = L.post_attention_norm.eps = c.norm_eps;
     L.input_norm.kind = L.post_attention_norm.kind = Norm::kind;
-    auto a = Attention::load(ck, c, i);
+    auto a = hf::binding<Attention>::load(ck, c, i);
     if (!a.ok()) return std::move(a).take_error();
     L.attention = std::move(*a);
-    auto f = Ffn::load(ck, c, i);
+    auto f = hf::binding<Ffn>::load(ck, c, i);
     if (!f.ok()) return std::move(f).take_error();
     L.ffn = std::move(*f);
     if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
