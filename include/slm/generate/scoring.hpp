@@ -118,7 +118,7 @@ result<score_tally> score_tokens(const Model& m, std::span<const std::int32_t> i
   const std::size_t stride = o.stride ? o.stride : std::max<std::size_t>(1, ctx / 2);
   score_tally t;
   floats logits;
-  SLM_TRY(for_each_window(ids.size(), ctx, stride, [&](std::size_t begin, std::size_t end, std::size_t first) -> status {
+  const status done = for_each_window(ids.size(), ctx, stride, [&](std::size_t begin, std::size_t end, std::size_t first) -> status {
     auto session = m.new_session(o.session);  // every window starts fresh
     const std::size_t n = end - begin;
     // Feeds window tokens [lo, hi) asking for its last `rows` rows, which predict window
@@ -145,7 +145,8 @@ result<score_tally> score_tokens(const Model& m, std::span<const std::int32_t> i
       SLM_TRY(run(lo, hi, hi - lo));
     }
     return {};
-  }));
+  });
+  if (!done.ok()) return done;
   return t;
 }
 
