@@ -1,7 +1,7 @@
 // slm/layers/mlp.hpp - the feed-forward block (gated or plain) of a decoder layer and of each expert.
 //
 //   gated (SwiGLU family):  y = down( act(gate(x)) * up(x) )      Llama, Qwen, DeepSeek, experts
-//   plain:                  y = down( act(up(x)) )                 Nemotron-H (relu^2)
+//   plain:                  y = down( act(up(x)) )                 Nemotron-H (relu^2), StarCoder2 (c_fc, c_proj)
 //
 // The activation is a runtime tag (layers/activation.hpp), dispatched once per call.
 #pragma once
@@ -98,6 +98,9 @@ SLM_INLINE result<feed_forward> feed_forward::load_plain(const checkpoint& ck, c
 }
 
 SLM_INLINE result<feed_forward> feed_forward::load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+  if (!c.mlp_gated)  // the plain form's names come from the config (up_proj/down_proj; StarCoder2: c_fc/c_proj)
+    return load_plain(ck, cat(c.ffn_prefix(layer), ".", c.mlp_up_name), cat(c.ffn_prefix(layer), ".", c.mlp_down_name),
+                      c.hidden, c.intermediate, c.act);
   return load(ck, c.ffn_prefix(layer), c.hidden, c.intermediate, c.act, c.mlp_gated);
 }
 
