@@ -3,7 +3,8 @@
 // hybrids mamba2, nemotron_h; granitemoehybrid regenerated smaller by
 // tools/oracle/make_hf_models.py to fit the test-data budget) and tests/data/oracle/hf/<arch>
 // (qwen2, mistral with a sliding window, mixtral in the hub's and in transformers 5.x's
-// stacked-expert layout; tools/oracle/make_hf_models.py). For every architecture
+// stacked-expert layout, starcoder2 with LayerNorm, biases everywhere, a plain gelu_tanh
+// MLP and a window of 12 < the prefill; tools/oracle/make_hf_models.py). For every architecture
 //  * a full forward reproduces logits_full within 1e-3 x max|logit| (the bound;
 //    measured: about 1e-6, see the printed figures) with the same argmax everywhere;
 //  * prefill of P tokens then one token at a time reproduces the same rows;
@@ -18,7 +19,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "slm/models/hf/model.hpp"
@@ -289,12 +292,109 @@ TEST(ModelWeights, ConfigAndTensorsMustAgree) {
   }
 }
 
+// StarCoder2's config and tensors must agree too: what slm cannot honour, a missing key,
+// and biases that disagree with use_bias are refused with the key or tensor named (a
+// dropped bias would otherwise run and give other logits).
+TEST(ModelWeights, Starcoder2RefusesWhatItCannotHonour) {
+  const std::filesystem::path src = slm_test::test_data("oracle/hf/starcoder2");
+  std::string cfg;
+  {
+    std::ifstream in(src / "config.json", std::ios::binary);
+    cfg.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  // A copy of the fixture with config.json edited (each `from` -> `to`) and tensors dropped or added.
+  struct copy {
+    slm_test::temp_dir dir{"starcoder2"};
+    std::filesystem::path weights() const { return dir / "model.safetensors"; }
+  };
+  using edits = std::vector<std::pair<std::string_view, std::string_view>>;
+  auto make_edited = [&](copy& c, const edits& e) {
+    for (const char* f : {"config.json", "model.safetensors"}) std::filesystem::copy_file(src / f, c.dir / f);
+    std::string edited = cfg;
+    for (const auto& [from, to] : e) {
+      const auto at = edited.find(from);
+      ASSERT_NE(at, std::string::npos) << from;
+      edited.replace(at, from.size(), to);
+    }
+    ASSERT_TRUE(slm_test::write_file(c.dir / "config.json", edited));
+  };
+  auto make = [&](copy& c, std::string_view from, std::string_view to) { make_edited(c, {{from, to}}); };
+  {  // the fixture, and the same without the keys whose defaults are StarCoder2's own
+     // (Starcoder2Config: gelu_pytorch_tanh, norm_epsilon 1e-5, tied, use_bias): an
+     // exact gelu or eps 1e-6 moves these logits by only 2e-4 and 6e-4 x max|logit|, under
+     // the 1e-3 bound of the golden comparisons, so the parsed values are checked here
+    copy c;
+    make_edited(c, {{"\"hidden_act\": \"gelu_pytorch_tanh\",", ""}, {"\"norm_epsilon\": 1e-05,", ""},
+                    {"\"tie_word_embeddings\": true,", ""}, {"\"use_bias\": true,", ""}});
+    for (const std::filesystem::path& dir : {src, c.dir.path()}) {
+      auto m = slm::model::load(dir);
+      ASSERT_TRUE(m.ok()) << m.error().message();
+      const slm::model_config& mc = m->config();
+      EXPECT_TRUE(mc.layer_norm);
+      EXPECT_EQ(mc.act, slm::activation::gelu_tanh);
+      EXPECT_EQ(mc.norm_eps, 1e-5f);
+      EXPECT_TRUE(mc.tie_embeddings);
+      EXPECT_EQ(mc.projection_bias, std::optional<bool>(true));
+      EXPECT_FALSE(mc.mlp_gated);
+      EXPECT_EQ(mc.layers[0].window, 12u);
+      EXPECT_EQ(mc.layers[1].window, 12u);
+    }
+  }
+  {
+    copy c;
+    make(c, "\"gelu_pytorch_tanh\"", "\"gelu_fancy\"");
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::unsupported, {"\"hidden_act\"", "gelu_fancy"}));
+  }
+  {
+    copy c;
+    make(c, "\"intermediate_size\": 64,", "");
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error, {"\"intermediate_size\""}));
+  }
+  {
+    copy c;
+    make(c, "\"norm_epsilon\": 1e-05", "\"norm_epsilon\": 0");
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error, {"\"norm_epsilon\""}));
+  }
+  {
+    copy c;
+    make(c, "\"use_bias\": true,", "\"use_bias\": true, \"partial_rotary_factor\": 0.5,");
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::unsupported,
+                                     {"\"partial_rotary_factor\"", "starcoder2"}));
+  }
+  {  // biases stored, config says none: transformers would drop them, slm would add them
+    copy c;
+    make(c, "\"use_bias\": true", "\"use_bias\": false");
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"model.layers.0.self_attn.q_proj", "has a bias", "\"use_bias\": false"}));
+  }
+  {  // a projection's bias missing
+    copy c;
+    make(c, "\"use_bias\": true", "\"use_bias\": true");
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {"model.layers.1.mlp.c_proj.bias"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"model.layers.1.mlp.c_proj", "has no bias", "\"use_bias\": true"}));
+  }
+  {  // a LayerNorm's bias missing
+    copy c;
+    make(c, "\"use_bias\": true", "\"use_bias\": true");
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {"model.norm.bias"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::not_found, {"model.norm.bias"}));
+  }
+  {  // a gated MLP's gate is no part of StarCoder2: reported, never ignored
+    copy c;
+    make(c, "\"use_bias\": true", "\"use_bias\": true");
+    ASSERT_TRUE(slm_test::rewrite_safetensors(c.weights(), {}, {}, {"model.layers.0.mlp.gate_proj.weight"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::model::load(c.dir.path()), slm::errc::format_error,
+                                     {"tensor 'model.layers.0.mlp.gate_proj.weight'"}));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Golden, Models,
                          ::testing::Values("golden/hf/llama", "golden/hf/llama3_rope", "golden/hf/qwen3",
                                            "golden/hf/qwen3_moe", "golden/hf/deepseek_v3", "golden/hf/deepseek_v32",
                                            "golden/hf/mamba2", "golden/hf/nemotron_h", "golden/hf/granitemoehybrid",
                                            "oracle/hf/qwen2", "oracle/hf/mistral", "oracle/hf/mixtral",
-                                           "oracle/hf/mixtral_stacked"),
+                                           "oracle/hf/mixtral_stacked", "oracle/hf/starcoder2"),
                          [](const auto& info) {
                            const std::string p = info.param;
                            return p.substr(p.find_last_of('/') + 1);

@@ -3,7 +3,7 @@ instances made and run by HF transformers, in the same layout as the shared gold
 
   python3 make_hf_models.py OUT_DIR [CASE ...]
 
-With no CASE: qwen2, mistral, mixtral and mixtral_stacked (-> tests/data/oracle/hf).
+With no CASE: qwen2, mistral, mixtral, mixtral_stacked and starcoder2 (-> tests/data/oracle/hf).
 `python3 make_hf_models.py tests/data/golden/hf granitemoehybrid` writes the repository's
 granitemoehybrid golden (see GRANITE below).
 
@@ -18,7 +18,9 @@ As for the shared goldens, the model is created in bf16, saved, then computed in
 buffer keeps its bf16 rounding, see include/slm/layers/rope.hpp).
 
 Cases: qwen2 (q/k/v biases, tied embeddings), mistral (sliding window 16 < T),
-mixtral (softmax top-2 of 4 experts, always renormalized), and mixtral_stacked: the same
+mixtral (softmax top-2 of 4 experts, always renormalized), starcoder2 (`make_hf_models.py
+OUT starcoder2`: LayerNorm with bias, biased q/k/v/o and c_fc/c_proj, gelu_pytorch_tanh,
+sliding window 12 < P, tied embeddings; hidden 32 and vocab 128 keep it under 100 KB), and mixtral_stacked: the same
 mixtral with its state_dict saved as transformers 5.x holds it in memory (experts
 stacked as gate_up_proj [E, 2I, d] and down_proj [E, d, I]).
 
@@ -61,6 +63,17 @@ cases = {
     "mixtral": (transformers.MixtralConfig, transformers.MixtralForCausalLM,
                 dict(common, intermediate_size=64, num_local_experts=4, num_experts_per_tok=2, rope_theta=10000.0,
                      sliding_window=None, tie_word_embeddings=False)),
+    # Smaller than the others (hidden 32, vocab 128) so the whole fixture stays under 100 KB:
+    # LayerNorm with bias, biases on q/k/v/o and on the plain c_fc -> gelu_tanh -> c_proj
+    # MLP, a window of 12 keys (< the 20-token prefill, so prefill and decode both slide),
+    # tied embeddings as the published checkpoints ship them.
+    "starcoder2": (transformers.Starcoder2Config, transformers.Starcoder2ForCausalLM,
+                   dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                        num_attention_heads=4, num_key_value_heads=2, hidden_act="gelu_pytorch_tanh",
+                        max_position_embeddings=1024, norm_epsilon=1e-5, use_bias=True, sliding_window=12,
+                        rope_parameters={"rope_theta": 100000.0, "rope_type": "default"},
+                        tie_word_embeddings=True, residual_dropout=0.0, embedding_dropout=0.0,
+                        attention_dropout=0.0, bos_token_id=1, eos_token_id=2)),
 }
 MIN_GAP, MAX_BF16_KV_ERR = 0.05, 0.025
 GRANITE = dict(vocab_size=320, hidden_size=64, intermediate_size=32, shared_intermediate_size=48,
@@ -230,7 +243,7 @@ def make(name, config_cls, model_cls, kw, stacked_copy=None, shared_layout=False
     note = {"name": name, "model_type": config.model_type, "transformers": transformers.__version__,
             "torch": torch.__version__, "seed": seed, "T": T, "prefill": P, "greedy": GREEDY,
             "full_vs_incremental_maxabs": float((full - inc).abs().max()),
-            "logits_absmax": float(full.abs().max()),
+            "logits_absmax": float(full.abs().max()), "min_top2_gap": min(top2_gap(full), top2_gap(inc)),
             "oracle": f"transformers {transformers.__version__} {model_cls.__name__}, eager attention, computed in "
                       "float32 on CPU from the bf16 weights stored in model.safetensors",
             "tensors": {"input_ids": "int64 [T]", "prefill_len": "int64 [1]", "logits_full": "float32 [T, V]",
@@ -248,7 +261,6 @@ def make(name, config_cls, model_cls, kw, stacked_copy=None, shared_layout=False
         note["tensors"]["greedy_tokens_cached"] = "int64 [12]: greedy from the first P ids through the cache"
         note["greedy_cached_equals_full"] = cached == greedy
         note["n_params"] = sum(p.numel() for p in model.parameters())
-        note["min_top2_gap"] = min(top2_gap(full), top2_gap(inc))
         note["generator"] = "tools/oracle/make_hf_models.py " + name
         note["note"] = ("logits_incremental comes from the oracle's own cached decode path; where "
                         "full_vs_incremental_maxabs is large, that path disagrees with its own full forward and "

@@ -1,7 +1,7 @@
 // slm/layers/mlp.hpp - the feed-forward block (gated or plain) of a decoder layer and of each expert.
 //
 //   gated (SwiGLU family):  y = down( act(gate(x)) * up(x) )      Llama, Qwen, DeepSeek, experts
-//   plain:                  y = down( act(up(x)) )                 Nemotron-H (relu^2)
+//   plain:                  y = down( act(up(x)) )                 Nemotron-H (relu^2), StarCoder2 (c_fc, c_proj)
 //
 // The activation is a runtime tag (layers/activation.hpp), dispatched once per call.
 #pragma once

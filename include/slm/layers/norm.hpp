@@ -3,7 +3,7 @@
 //
 //   rms_norm:       y = x / sqrt(mean(x^2) + eps) * w            (Llama, Qwen, DeepSeek)
 //   rms_norm(1+w):  y = x / sqrt(mean(x^2) + eps) * (1 + w)      (Gemma, Qwen3-Next)
-//   layer_norm:     y = (x - mean) / sqrt(var + eps) * w + b     (DeepSeek-V3.2's indexer)
+//   layer_norm:     y = (x - mean) / sqrt(var + eps) * w + b     (DeepSeek-V3.2's indexer, StarCoder2)
 //
 // Statistics are accumulated in double: d is at most a few thousand, and a double sum
 // makes the result independent of the summation order, so any later SIMD version can
@@ -77,6 +77,20 @@ struct layer_norm {
     const double inv = 1.0 / std::sqrt(v / static_cast<double>(d) + static_cast<double>(eps));
     for (std::size_t i = 0; i < d; ++i)
       out[i] = static_cast<float>((in[i] - mean) * inv) * weight[i] + bias[i];
+  }
+};
+
+// A decoder block's norm, chosen by config.json: RMSNorm, or LayerNorm with weight and
+// bias where `layer` is set (StarCoder2).
+struct block_norm {
+  rms_norm rms;
+  layer_norm ln;
+  bool layer = false;
+
+  // [T, d] with rows ld apart -> [T, d] rows ldo apart.
+  void apply(const float* in, std::size_t T, std::size_t d, std::size_t ld, float* out, std::size_t ldo) const noexcept {
+    if (!layer) return rms.apply(in, T, d, ld, out, ldo);
+    for (std::size_t t = 0; t < T; ++t) ln.apply_row(in + t * ld, out + t * ldo, d);
   }
 };
 

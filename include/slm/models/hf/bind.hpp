@@ -171,6 +171,9 @@ template <>
 struct binding<feed_forward> {
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::dense; }
   static result<feed_forward> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    if (!c.mlp_gated)  // the plain form's names come from the config (up_proj/down_proj; StarCoder2: c_fc/c_proj)
+      return feed_forward::load_plain(ck, cat(c.ffn_prefix(layer), ".", c.mlp_up_name),
+                                      cat(c.ffn_prefix(layer), ".", c.mlp_down_name), c.hidden, c.intermediate, c.act);
     return load_mlp(ck, c.ffn_prefix(layer), c.hidden, c.intermediate, c.act, c.mlp_gated);
   }
 };

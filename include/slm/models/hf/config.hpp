@@ -1,9 +1,9 @@
 // slm/models/hf/config.hpp - what a config.json says about a decoder-only transformer.
 //
 // One struct describes every supported arrangement (the HF model_types llama, mistral,
-// qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, deepseek_v32, and the state-space and
-// hybrid mamba2 and nemotron_h), per layer: which mixer fills the sequence slot
-// (GQA or MLA attention, dense or DSA-sparse, full or sliding window; a Mamba-2 mixer;
+// qwen2, qwen3, qwen3_moe, mixtral, starcoder2, deepseek_v3, deepseek_v32, and the
+// state-space and hybrid mamba2, nemotron_h and granitemoehybrid), per layer: which
+// mixer fills the sequence slot (GQA or MLA attention, dense or DSA-sparse, full or sliding window; a Mamba-2 mixer;
 // or nothing) and which feed-forward fills the channel slot (dense, MoE, or nothing).
 // That per-layer list is the hybrid pattern: Nemotron-H's "M*M-ME" is six layers with
 // one filled slot each, NAM56R's pattern is the same idea with more kinds. Both config styles load: transformers 5.x
@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +47,14 @@ struct model_config {
   std::size_t vocab = 0, hidden = 0, n_layers = 0, max_positions = 0;
   float norm_eps = 1e-6f;
   bool tie_embeddings = false;
+  // The blocks' and the final norm: RMSNorm (weight), or LayerNorm with weight and bias
+  // (StarCoder2: <name>.weight, <name>.bias).
+  bool layer_norm = false;
+  // Set: every projection of every layer has a bias (true) or none has (false), checked
+  // at load, so a checkpoint that disagrees with its config is an error rather than other
+  // logits (StarCoder2's use_bias). Unset: a projection's bias is used where stored
+  // (Qwen2's q/k/v).
+  std::optional<bool> projection_bias;
 
   // Attention (GQA).
   std::size_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
@@ -79,6 +88,8 @@ struct model_config {
   std::string layers_prefix = "model.layers", embed_name = "model.embed_tokens", final_norm_name = "model.norm";
   bool single_norm_blocks = false;  // mamba-style: each layer is norm + one mixer
   std::string attention_name = "self_attn", ffn_name = "mlp", mamba_name = "mixer";
+  // The plain (ungated) MLP's two projections under ffn_name (StarCoder2: c_fc, c_proj).
+  std::string mlp_up_name = "up_proj", mlp_down_name = "down_proj";
 
   // Granite's muP multipliers: x = embed * embedding_multiplier; x += branch *
   // residual_multiplier; attention scores * attention_multiplier (0: head_dim^-0.5);
@@ -110,6 +121,7 @@ struct model_config {
  private:
   static result<model_config> from_json_mamba_style(const json::value& cfg);
   static status from_json_granite(const json::value& cfg, model_config& c);
+  static status from_json_starcoder2(const json::value& cfg, model_config& c);
 };
 
 #if SLM_DEFINE_IO
@@ -377,6 +389,27 @@ SLM_INLINE status model_config::from_json_granite(const json::value& cfg, model_
   return {};
 }
 
+// starcoder2 beyond the Llama-style keys (transformers' Starcoder2Config and modeling):
+// LayerNorm (norm_epsilon, read with the other keys) in the blocks and at the end,
+// use_bias on q/k/v/o and on the plain MLP mlp.c_fc -> hidden_act -> mlp.c_proj, and
+// sliding_window on every layer (read with Mistral's). Its RoPE takes the whole head_dim
+// (partial_rotary_factor is not read by its default RoPE), so a factor is refused rather
+// than guessed.
+SLM_INLINE status model_config::from_json_starcoder2(const json::value& cfg, model_config& c) {
+  const detail::cfg::reader r{cfg};
+  c.layer_norm = true;
+  bool bias = true;  // Starcoder2Config's default
+  SLM_TRY(r.boolean("use_bias", bias));
+  c.projection_bias = bias;
+  c.mlp_gated = false;
+  c.mlp_up_name = "c_fc";
+  c.mlp_down_name = "c_proj";
+  if (c.rope.partial_rotary_factor != 1.0)
+    return make_error(errc::unsupported, "config.json: \"partial_rotary_factor\" = ", c.rope.partial_rotary_factor,
+                      " is not supported by model_type starcoder2 (its RoPE rotates the whole head)");
+  return {};
+}
+
 SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) {
   if (!cfg.is_object()) return make_error(errc::format_error, "config.json is not an object");
   const detail::cfg::reader r{cfg};
@@ -384,13 +417,14 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
   c.model_type = std::string(cfg.get_string("model_type"));
   const std::string_view mt = c.model_type;
   const bool granite = mt == "granitemoehybrid";
+  const bool starcoder2 = mt == "starcoder2";
   const bool llama_like = mt == "llama" || mt == "mistral" || mt == "qwen2" || mt == "qwen3" || mt == "qwen3_moe" ||
-                          mt == "mixtral" || granite;
+                          mt == "mixtral" || granite || starcoder2;
   const bool deepseek = mt == "deepseek_v3" || mt == "deepseek_v32";
   if (mt == "mamba2" || mt == "nemotron_h") return from_json_mamba_style(cfg);
   if (!llama_like && !deepseek)
     return make_error(errc::unsupported, "config.json: \"model_type\" = \"", mt,
-                      "\" is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v3, deepseek_v32, ",
+                      "\" is not supported (llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, starcoder2, deepseek_v3, deepseek_v32, ",
                       "mamba2, nemotron_h, granitemoehybrid are)");
 
   for (const char* key : {"dtype", "torch_dtype"}) {
@@ -407,7 +441,13 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
   SLM_TRY(r.size("num_key_value_heads", c.n_kv_heads, false, 4096));
   SLM_TRY(r.size("max_position_embeddings", c.max_positions, false));
   SLM_TRY(r.size("intermediate_size", c.intermediate, false, std::size_t{1} << 24));
-  SLM_TRY(r.number("rms_norm_eps", c.norm_eps));
+  // StarCoder2's LayerNorm epsilon has its own key; its config ties the embeddings by default.
+  const char* eps_key = starcoder2 ? "norm_epsilon" : "rms_norm_eps";
+  if (starcoder2) {
+    c.norm_eps = 1e-5f;
+    c.tie_embeddings = true;
+  }
+  SLM_TRY(r.number(eps_key, c.norm_eps));
   SLM_TRY(r.boolean("tie_word_embeddings", c.tie_embeddings));
   if (c.vocab == 0 || c.hidden == 0 || c.n_layers == 0 || c.n_heads == 0)
     return make_error(errc::format_error, "config.json: vocab_size, hidden_size, num_hidden_layers and num_attention_heads must be positive");
@@ -420,9 +460,9 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
     return make_error(errc::out_of_range, "config.json: head_dim ", c.head_dim,
                       " (hidden_size / num_attention_heads) exceeds 4096");
   if (c.head_dim == 0) return make_error(errc::format_error, "config.json: \"head_dim\" is 0");
-  if (!(c.norm_eps > 0)) return make_error(errc::format_error, "config.json: \"rms_norm_eps\" must be positive");
+  if (!(c.norm_eps > 0)) return make_error(errc::format_error, "config.json: \"", eps_key, "\" must be positive");
 
-  auto act = parse_activation(cfg.get_string("hidden_act", "silu"));
+  auto act = parse_activation(cfg.get_string("hidden_act", starcoder2 ? "gelu_pytorch_tanh" : "silu"));
   if (!act.ok()) return std::move(act).take_error();
   c.act = *act;
   if (const json::value* a = cfg.find("attn_logit_softcapping"); a && !a->is_null())
@@ -433,6 +473,7 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
   c.rope = *rope;
 
   c.qk_norm = mt == "qwen3" || mt == "qwen3_moe";
+  if (starcoder2) SLM_TRY(from_json_starcoder2(cfg, c));
 
   // Per-layer attention.
   c.layers.resize(c.n_layers);
@@ -479,10 +520,11 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
       }
     }
   } else {
-    // Sliding windows: layer_types when given (Qwen2/3, transformers 5.x); else Mistral
-    // and Mixtral apply `sliding_window` to every layer, Qwen2/3 only with
+    // Sliding windows: layer_types when given (Qwen2/3, transformers 5.x); else Mistral,
+    // Mixtral and StarCoder2 apply `sliding_window` to every layer, Qwen2/3 only with
     // use_sliding_window, from layer max_window_layers on.
-    bool use_sliding = mt == "mistral" || mt == "mixtral";
+    const bool every_layer = mt == "mistral" || mt == "mixtral" || starcoder2;
+    bool use_sliding = every_layer;
     if (mt == "qwen2" || mt == "qwen3" || mt == "qwen3_moe") SLM_TRY(r.boolean("use_sliding_window", use_sliding));
     std::size_t max_window_layers = 0;
     SLM_TRY(r.size("max_window_layers", max_window_layers, false));
@@ -496,7 +538,7 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
         } else if (t != "full_attention") {
           return make_error(errc::unsupported, "config.json: \"layer_types\"[", i, "] = \"", t, "\" is not supported");
         }
-      } else if (use_sliding && window != 0 && (mt == "mistral" || mt == "mixtral" || i >= max_window_layers)) {
+      } else if (use_sliding && window != 0 && (every_layer || i >= max_window_layers)) {
         c.layers[i].window = window;
       }
     }
