@@ -41,14 +41,6 @@ struct counting_ffn {
   }
 };
 
-// A host type that binds itself but refuses every layer.
-struct refusing_ffn : counting_ffn {
-  static bool accepts(const slm::model_config&, std::size_t) noexcept { return false; }
-  static slm::result<refusing_ffn> load(const slm::checkpoint&, const slm::model_config&, std::size_t) {
-    return slm::make_error(slm::errc::unsupported, "refusing_ffn loads nothing");
-  }
-};
-
 static_assert(slm::hf::bound_layer<counting_ffn>);
 static_assert(slm::ffn_layer<counting_ffn>);
 static_assert(slm::hf::bound_layer<slm::feed_forward>);                               // the library's, by its binding
@@ -56,9 +48,11 @@ static_assert(slm::attention_layer<slm::basic_gqa_attention<slm::rope_half_split
 static_assert(!slm::hf::bound_layer<int>);                                           // nothing says where an int is
 static_assert(!slm::ffn_layer<slm::no_mixer>);                                        // a mixer is not a feed-forward
 
+// One composition for every test here: each instantiation of decoder<> is compiled code.
+using host_model = slm::decoder<slm::basic_gqa_attention<>, counting_ffn>;
+
 TEST(Compose, HostLayerRunsInTheDecoder) {
   const std::filesystem::path dir = slm_test::test_data("oracle/hf/qwen2");
-  using host_model = slm::decoder<slm::basic_gqa_attention<slm::rope_half_split>, counting_ffn>;
   auto host = host_model::load(dir);
   ASSERT_TRUE(host.ok()) << host.error().message();
   auto lib = slm::model::load(dir);
@@ -79,7 +73,7 @@ TEST(Compose, HostLayerRunsInTheDecoder) {
 
 TEST(Compose, HostLayerRunsOncePerLayerAndToken) {
   const std::filesystem::path dir = slm_test::test_data("oracle/hf/qwen2");
-  auto m = slm::decoder<slm::basic_gqa_attention<>, counting_ffn>::load(dir);
+  auto m = host_model::load(dir);
   ASSERT_TRUE(m.ok()) << m.error().message();
   // The count lives in the test, the layer only points at it: a loaded model stays immutable.
   std::size_t forwards = 0;
@@ -94,10 +88,12 @@ TEST(Compose, HostLayerRunsOncePerLayerAndToken) {
   EXPECT_EQ(forwards, 2 * m->config().n_layers);
 }
 
-TEST(Compose, HostLayerThatRefusesNamesTheLayer) {
-  auto m = slm::decoder<slm::basic_gqa_attention<>, refusing_ffn>::load(slm_test::test_data("oracle/hf/qwen2"));
+// The host's layer accepts dense layers only: Mixtral's MoE layers are refused by name.
+TEST(Compose, HostLayerThatDoesNotFitNamesTheLayer) {
+  auto m = host_model::load(slm_test::test_data("oracle/hf/mixtral"));
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message().find("layer 0"), std::string::npos) << m.error().message();
+  EXPECT_NE(m.error().message().find("MoE"), std::string::npos) << m.error().message();
 }
 
 }  // namespace
