@@ -7,6 +7,7 @@
 #include "slm/io/mapped_file.hpp"
 #include "slm/io/safetensors.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/models/hf/config.hpp"
 #include "slm/formats/quant_config.hpp"
 #include "slm/io/session_file.hpp"

@@ -19,6 +19,7 @@
 #include "slm/io/atomic_file.hpp"
 #include "slm/io/safetensors.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/core/cpu.hpp"
 #include "slm/formats/weights.hpp"
 #include "slm/formats/dequantize.hpp"

@@ -15,6 +15,7 @@
 
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/kernels/matmul.hpp"
 #include "slm/core/parallel.hpp"
@@ -94,26 +95,6 @@ SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, 
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];
   return {};
-}
-#endif  // SLM_DEFINE_KERNELS
-
-// A 1-D parameter (norm weight, bias, router correction bias) of exactly n values, as f32.
-result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n);
-#if SLM_DEFINE_KERNELS
-SLM_INLINE result<floats> load_vector(const checkpoint& ck, const std::string& name, std::size_t n) {
-  auto t = ck.float_tensor(name);
-  if (!t.ok()) return std::move(t).take_error();
-  if (t->rank() != 1 || static_cast<std::size_t>(t->dim(0)) != n)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                      ", expected [", n, "]");
-  floats v;
-  SLM_TRY(v.resize(n));
-  auto s = t->to_f32(v.span());
-  if (!s.ok()) return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
-  for (std::size_t i = 0; i < n; ++i)
-    if (!std::isfinite(v[i]))
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", v[i], " at ", i);
-  return v;
 }
 #endif  // SLM_DEFINE_KERNELS
 

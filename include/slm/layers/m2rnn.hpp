@@ -72,6 +72,7 @@
 
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/parallel.hpp"
@@ -278,10 +279,6 @@ class m2rnn_mixer {
   }
 
  private:
-  // A tensor of exactly `dims` (any dtype) into out as f32; every value finite.
-  static status load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-                            floats& out);
-
   status check_state(const m2rnn_state& s) const;
 
   // The scan's view of one block's activations: xs [n, conv_dim] (post-conv q | k | v),
@@ -521,32 +518,6 @@ SLM_INLINE status m2rnn_mixer::forward(const float* x, std::size_t T, float* out
   });
   if (!s.ok()) return std::move(s).with_context("m2rnn");
   return s;
-}
-
-SLM_INLINE status m2rnn_mixer::load_shaped(const checkpoint& ck, const std::string& name,
-                                           std::initializer_list<std::size_t> dims, floats& out) {
-  auto t = ck.float_tensor(name);
-  if (!t.ok()) return std::move(t).take_error();
-  bool same = t->rank() == dims.size();
-  std::size_t n = 1, i = 0;
-  std::string want = "[";
-  for (std::size_t v : dims) {
-    if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
-    want += cat(i ? ", " : "", v);
-    n *= v;
-    ++i;
-  }
-  want += "]";
-  if (!same)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                      ", expected ", want);
-  SLM_TRY(out.resize(n));
-  if (auto s = t->to_f32(out.span()); !s.ok())
-    return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
-  for (std::size_t j = 0; j < n; ++j)
-    if (!std::isfinite(out[j]))
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
-  return {};
 }
 
 SLM_INLINE status m2rnn_mixer::check_state(const m2rnn_state& s) const {

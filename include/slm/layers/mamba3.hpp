@@ -79,6 +79,7 @@
 
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -221,8 +222,6 @@ inline void gemm_rows(float* C, std::size_t ldc, const float* A, std::size_t ai,
 void gemm_acc(float* C, std::size_t ldc, const float* A, std::size_t ai, std::size_t ak, const float* B,
                      std::size_t ldb, std::size_t M, std::size_t K, std::size_t Nc) noexcept;
 
-// A tensor of exactly the given shape, as f32; the error names it.
-result<floats> load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims);
 
 }  // namespace detail::mamba3
 
@@ -372,37 +371,10 @@ SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float*
   }
 }
 
-SLM_INLINE result<floats> detail::mamba3::load_shaped(const checkpoint& ck, const std::string& name,
-                                                      std::initializer_list<std::size_t> dims) {
-  auto t = ck.float_tensor(name);
-  if (!t.ok()) return std::move(t).take_error();
-  bool same = t->rank() == dims.size();
-  std::size_t n = 1, i = 0;
-  for (std::size_t d : dims) {
-    if (same && static_cast<std::size_t>(t->dim(i)) != d) same = false;
-    n *= d;
-    ++i;
-  }
-  if (!same) {
-    std::string want = "[";
-    i = 0;
-    for (std::size_t d : dims) want += cat(i++ ? ", " : "", d);
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                      ", expected ", want, "]");
-  }
-  floats v;
-  SLM_TRY(v.resize(n));
-  if (auto s = t->to_f32(v.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", name, "'"));
-  for (std::size_t j = 0; j < n; ++j)
-    if (!std::isfinite(v[j]))
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", v[j], " at ", j);
-  return v;
-}
 
 SLM_INLINE result<mamba3_mixer> mamba3_mixer::load(const checkpoint& ck, std::string_view prefix,
                                                    const mamba3_config& c) {
   using detail::mamba3::join;
-  using detail::mamba3::load_shaped;
   SLM_TRY(c.validate());
   mamba3_mixer m;
   m.cfg = c;

@@ -55,6 +55,7 @@
 
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
@@ -137,9 +138,6 @@ inline std::string join(std::string_view prefix, std::string_view name) {
   return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
 }
 
-// An integer tensor of exactly `dims` (i64, or i32 widened) into out[0, numel).
-status load_ints(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-                        std::int64_t* out);
 
 }  // namespace detail::ngram
 
@@ -227,40 +225,6 @@ SLM_INLINE status ngram_hash_config::validate() const {
   return {};
 }
 
-SLM_INLINE status detail::ngram::load_ints(const checkpoint& ck, const std::string& name,
-                                           std::initializer_list<std::size_t> dims, std::int64_t* out) {
-  auto t = ck.tensor(name);
-  if (!t.ok()) return std::move(t).take_error();
-  bool same = t->rank() == dims.size();
-  std::size_t n = 1, i = 0;
-  std::string want = "[";
-  for (std::size_t v : dims) {
-    if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
-    want += cat(i ? ", " : "", v);
-    n *= v;
-    ++i;
-  }
-  want += "]";
-  if (!same)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                      ", expected ", want);
-  if (t->type() != dtype::i64 && t->type() != dtype::i32)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", safetensors_name(t->type()),
-                      ", expected I64 (or I32)");
-  if (!t->is_contiguous())
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' is not contiguous");
-  const std::byte* p = t->data();
-  for (std::size_t k = 0; k < n; ++k) {
-    if (t->type() == dtype::i64) {
-      std::memcpy(&out[k], p + 8 * k, 8);
-    } else {
-      std::int32_t v;
-      std::memcpy(&v, p + 4 * k, 4);
-      out[k] = v;
-    }
-  }
-  return {};
-}
 
 SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpoint& ck, std::string_view prefix,
                                                                    const ngram_hash_config& c) {
@@ -281,15 +245,15 @@ SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpo
 
   std::array<std::int64_t, config::max_tables * M_max> buf{};
   std::array<std::int64_t, config::max_tables> hb{};
-  SLM_TRY(detail::ngram::load_ints(ck, join(prefix, "hash_mults"), {J, M}, buf.data()));
-  SLM_TRY(detail::ngram::load_ints(ck, join(prefix, "hash_bias"), {J}, hb.data()));
+  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_mults"), {J, M}, buf.data()));
+  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_bias"), {J}, hb.data()));
   SLM_TRY(m.init_hash(c, std::span<const std::int64_t>(buf.data(), J * M), std::span<const std::int64_t>(hb.data(), J)));
 
   // Derived buffers: checked against the config when present.
   auto check = [&](const char* name, std::initializer_list<std::size_t> dims, auto expect) -> status {
     const std::string full = join(prefix, name);
     if (!ck.find(full)) return {};
-    SLM_TRY(detail::ngram::load_ints(ck, full, dims, buf.data()));
+    SLM_TRY(load_shaped_ints(ck, full, dims, buf.data()));
     std::size_t n = 1;
     for (std::size_t v : dims) n *= v;
     for (std::size_t k = 0; k < n; ++k)

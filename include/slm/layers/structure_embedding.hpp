@@ -42,6 +42,7 @@
 
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
@@ -133,8 +134,6 @@ class structure_embedding {
   static std::string join(std::string_view prefix, std::string_view name) {
     return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
   }
-  static status load_shaped(const checkpoint& ck, const std::string& name, std::initializer_list<std::size_t> dims,
-                            floats& out);
 };
 
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----
@@ -224,31 +223,6 @@ SLM_INLINE status structure_embedding::add_to(const structure_inputs& in, std::s
   return {};
 }
 
-SLM_INLINE status structure_embedding::load_shaped(const checkpoint& ck, const std::string& name,
-                                                   std::initializer_list<std::size_t> dims, floats& out) {
-  auto t = ck.float_tensor(name);
-  if (!t.ok()) return std::move(t).take_error();
-  bool same = t->rank() == dims.size();
-  std::size_t n = 1, i = 0;
-  std::string want = "[";
-  for (std::size_t v : dims) {
-    if (same && static_cast<std::size_t>(t->dim(i)) != v) same = false;
-    want += cat(i ? ", " : "", v);
-    n *= v;
-    ++i;
-  }
-  want += "]";
-  if (!same)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' has shape ", t->shape().to_string(),
-                      ", expected ", want);
-  SLM_TRY(out.resize(n));
-  if (auto s = t->to_f32(out.span()); !s.ok())
-    return std::move(s).with_context(cat(ck.dir().string(), ": tensor '", name, "'"));
-  for (std::size_t j = 0; j < n; ++j)
-    if (!std::isfinite(out[j]))
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", name, "' holds ", out[j], " at ", j);
-  return {};
-}
 
 #endif  // SLM_DEFINE_NAM56R
 

@@ -166,7 +166,6 @@ SLM_INLINE status nanochat_mamba_state::copy_from(const nanochat_mamba_state& o)
 SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpoint& ck, std::string_view prefix,
                                                                    const nanochat_mamba_config& c) {
   SLM_TRY(c.validate());
-  using detail::mamba3::load_shaped;
   const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_mamba_layer m;
   m.cfg = c;
