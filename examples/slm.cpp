@@ -339,10 +339,6 @@ slm::status check_vocab(std::string_view option, const std::vector<std::int32_t>
   return {};
 }
 
-std::size_t argmax(const float* v, std::size_t n) {  // the first maximum, as torch.argmax
-  return static_cast<std::size_t>(std::max_element(v, v + n) - v);
-}
-
 // Loads the model in `dir` as the family its config.json names (slm::any_model: the NAM56R
 // specialist, a nanochat-lineage model, or any architecture of the config-driven decoder)
 // and calls fn(model) with the family's own type. The three share the session interface
@@ -1006,7 +1002,6 @@ std::uint64_t weight_bytes_per_token(const slm::checkpoint& ck) {
 // slm bench --model DIR: prefill and decode speed of one session on this machine, and
 // the decode step's weight traffic against the read-bandwidth probe of the same run.
 int cmd_bench_model(const args& a) {
-  const std::filesystem::path dir{std::string(a.get("model"))};
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
   auto np = parse_count(a, "prompt-tokens", 64);
@@ -1031,7 +1026,7 @@ int cmd_bench_model(const args& a) {
     if (auto s = session.forward(ids, 1, logits.data(), cx); !s.ok()) return fail(s);
     const auto t1 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < *ng; ++i) {
-      const auto next = static_cast<std::int32_t>(argmax(logits.data(), V));
+      const auto next = static_cast<std::int32_t>(slm::row_argmax(std::span<const float>(logits.data(), V)));
       if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
     }
     const auto t2 = std::chrono::steady_clock::now();
