@@ -38,6 +38,8 @@
 #include "slm/core/numeric.hpp"
 #include "slm/kernels/probes.hpp"
 #include "slm/io/safetensors.hpp"
+#include "slm/models/hf/bind.hpp"
+#include "slm/models/nam56r/bind.hpp"
 
 namespace {
 
@@ -285,7 +287,7 @@ int main() {
     if (auto s = write_checkpoint(dir, ps); !s.ok()) return fail(s);
     auto ck = slm::checkpoint::open(dir);
     if (!ck.ok()) return fail(ck.error());
-    auto m = slm::mamba3_mixer::load(*ck, "", c);
+    auto m = slm::nam56r::load_mamba3(*ck, "", c);
     if (!m.ok()) return fail(m.error());
     slm::mamba3_state st;
     if (auto s = m->init_state(st); !s.ok()) return fail(s);
@@ -319,7 +321,7 @@ int main() {
     if (auto s = write_checkpoint(dir, ps); !s.ok()) return fail(s);
     auto ck = slm::checkpoint::open(dir);
     if (!ck.ok()) return fail(ck.error());
-    auto m = slm::mamba2_mixer::load(*ck, "", c);
+    auto m = slm::hf::load_mamba2(*ck, "", c);
     if (!m.ok()) return fail(m.error());
     slm::mamba2_state st;
     if (auto s = m->init_state(st); !s.ok()) return fail(s);

@@ -9,6 +9,8 @@
 #include "slm/layers/mlp.hpp"
 #include "slm/layers/moe.hpp"
 #include "slm/layers/mamba2.hpp"
+#include "slm/models/bind.hpp"
+#include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/model.hpp"
 
 #include "slm/generate/generator.hpp"

@@ -474,7 +474,7 @@ TEST(ConvertInclude, Nam56rEmbeddingsAndHeadToNvfp4) {
   auto m = slm::nam56r_model::load(incl.path());
   ASSERT_TRUE(m.ok()) << m.error().message();
   const auto& nc = *m->config().ngram_hash;
-  auto ng = slm::ngram_hash_embedding::load(*ck, slm::ngram_hash_embedding::megatron_prefix(), nc);
+  auto ng = slm::nam56r::load_ngram_hash(*ck, slm::nam56r::ngram_hash_prefix(), nc);
   ASSERT_TRUE(ng.ok()) << ng.error().message();
   ASSERT_EQ(ng->table.format, slm::weight_format::nvfp4);
   std::vector<float> table(ng->table.rows * ng->table.cols);

@@ -32,6 +32,7 @@
 #include "slm/layers/engram.hpp"
 #include "slm/layers/mhc.hpp"
 #include "slm/io/safetensors.hpp"
+#include "slm/models/nanochat/bind.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -117,7 +118,7 @@ void check_engram_golden(const engram_case& ec) {
   ASSERT_TRUE(g.ck);
   auto cfg = slm::engram_config::make(ec.C, ec.orders, ec.bottleneck_dim);
   ASSERT_TRUE(cfg.ok()) << cfg.error().message();
-  auto br = slm::engram_branch::load(*g.ck, "", *cfg);
+  auto br = slm::nanochat::load_engram(*g.ck, "", *cfg);
   ASSERT_TRUE(br.ok()) << br.error().message();
   const auto xs = g.shape("in/x");
   ASSERT_EQ(xs.size(), 3u);
@@ -183,7 +184,7 @@ TEST(engram, ParseOrders) {
   EXPECT_EQ(c->bottleneck(), 8u);
   EXPECT_EQ(c->history(), 3u);
   EXPECT_EQ(slm::engram_config::make(3)->bottleneck(), 1u);
-  EXPECT_EQ(slm::engram_branch::nanochat_prefix(4), "transformer.h.4.engram");
+  EXPECT_EQ(slm::nanochat::engram_prefix(4), "transformer.h.4.engram");
 }
 
 TEST(engram, ConfigAndShapeErrors) {
@@ -200,22 +201,22 @@ TEST(engram, ConfigAndShapeErrors) {
   golden g = load_golden("nanochat_engram__default");
   ASSERT_TRUE(g.ck);
   // Wrong bottleneck: in_proj is [8, 32].
-  EXPECT_TRUE(fails_with(slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(32, "2,3,4", 16)),
+  EXPECT_TRUE(fails_with(slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(32, "2,3,4", 16)),
                          slm::errc::format_error, {"in_proj", "[8, 32]", "[16, 32]"}));
   // Wrong width.
-  EXPECT_TRUE(fails_with(slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(40, "2,3,4", 8)),
+  EXPECT_TRUE(fails_with(slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(40, "2,3,4", 8)),
                          slm::errc::format_error, {"in_proj"}));
   // Fewer orders than the checkpoint has order_mix modules; more orders than it has.
-  EXPECT_TRUE(fails_with(slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(32, "2,3")),
+  EXPECT_TRUE(fails_with(slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(32, "2,3")),
                          slm::errc::format_error, {"order_mix.2.weight", "2 ngram orders"}));
-  EXPECT_TRUE(fails_with(slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(32, "2,3,4,5")),
+  EXPECT_TRUE(fails_with(slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(32, "2,3,4,5")),
                          slm::errc::not_found, {"order_mix.3"}));
   // A prefix the checkpoint lacks.
-  EXPECT_TRUE(fails_with(slm::engram_branch::load(*g.ck, slm::engram_branch::nanochat_prefix(0),
+  EXPECT_TRUE(fails_with(slm::nanochat::load_engram(*g.ck, slm::nanochat::engram_prefix(0),
                                                    *slm::engram_config::make(32)),
                          slm::errc::not_found, {"transformer.h.0.engram.in_proj"}));
 
-  auto br = slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(32));
+  auto br = slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(32));
   ASSERT_TRUE(br.ok());
   slm::workspace ws;
   slm::serial_executor serial;
@@ -227,7 +228,7 @@ TEST(engram, ConfigAndShapeErrors) {
   EXPECT_TRUE(fails_with(br->step(nullptr, y.data(), st, ws, cx), slm::errc::invalid_argument, {"null"}));
   EXPECT_EQ(st.n, 0u);  // untouched by the failures
   // A state of another config (orders up to 5: 4 vectors of history).
-  slm::engram_branch other = std::move(*slm::engram_branch::load(*g.ck, "", *slm::engram_config::make(32)));
+  slm::engram_branch other = std::move(*slm::nanochat::load_engram(*g.ck, "", *slm::engram_config::make(32)));
   other.cfg.orders = {2, 3, 5};
   slm::engram_state big;
   ASSERT_TRUE(other.init_state(big).ok());
@@ -238,7 +239,7 @@ TEST(engram, ConfigAndShapeErrors) {
 TEST(engram, PrefixedNamesCacheAndSnapshot) {
   golden g = load_golden("nanochat_engram__custom_orders");
   ASSERT_TRUE(g.file);
-  const std::string pre = slm::engram_branch::nanochat_prefix(5);
+  const std::string pre = slm::nanochat::engram_prefix(5);
   std::vector<std::pair<std::string, std::pair<std::vector<float>, slm::shape>>> ts;
   for (const char* n : {"in_proj.weight", "order_mix.0.weight", "order_mix.1.weight", "order_mix.2.weight",
                         "out_proj.weight"}) {
@@ -247,7 +248,7 @@ TEST(engram, PrefixedNamesCacheAndSnapshot) {
   }
   written_ck w = write_ck("engram_prefixed", ts);
   ASSERT_TRUE(w.ck);
-  auto br = slm::engram_branch::load(*w.ck, pre, *slm::engram_config::make(24, "3,1,5,3", 12));
+  auto br = slm::nanochat::load_engram(*w.ck, pre, *slm::engram_config::make(24, "3,1,5,3", 12));
   ASSERT_TRUE(br.ok()) << br.error().message();
   const std::size_t T = 9, C = 24;
   const auto x = g.tensor("in/x"), yref = g.tensor("out/y");
@@ -297,7 +298,7 @@ struct mhc_case {
 void check_mhc_golden(const mhc_case& mc) {
   golden g = load_golden(mc.name);
   ASSERT_TRUE(g.ck);
-  auto m = slm::mhc_mixer::load(*g.ck, "", mc.cfg);
+  auto m = slm::nanochat::load_mhc(*g.ck, "", mc.cfg);
   ASSERT_TRUE(m.ok()) << m.error().message();
   const auto s0 = g.shape("in/branch.0");
   ASSERT_EQ(s0.size(), 3u);
@@ -384,17 +385,17 @@ TEST(mhc, EdgeCasesAndErrors) {
   c.temperature = 1;
   c.epsilon = 1e-6;
   EXPECT_TRUE(c.validate().ok());
-  EXPECT_EQ(slm::mhc_mixer::nanochat_prefix(2), "transformer.h.2.mhc");
+  EXPECT_EQ(slm::nanochat::mhc_prefix(2), "transformer.h.2.mhc");
 
   golden g = load_golden("nanochat_mhc__two_branches");
   ASSERT_TRUE(g.ck);
   slm::mhc_config wrong = c;
   wrong.n_embd = 64;  // hidden 16, score_proj is [8, 32]
-  EXPECT_TRUE(fails_with(slm::mhc_mixer::load(*g.ck, "", wrong), slm::errc::format_error,
+  EXPECT_TRUE(fails_with(slm::nanochat::load_mhc(*g.ck, "", wrong), slm::errc::format_error,
                          {"score_proj", "[8, 32]", "[16, 64]"}));
-  EXPECT_TRUE(fails_with(slm::mhc_mixer::load(*g.ck, slm::mhc_mixer::nanochat_prefix(1), c), slm::errc::not_found,
+  EXPECT_TRUE(fails_with(slm::nanochat::load_mhc(*g.ck, slm::nanochat::mhc_prefix(1), c), slm::errc::not_found,
                          {"transformer.h.1.mhc.score_proj"}));
-  auto m = slm::mhc_mixer::load(*g.ck, "", c);
+  auto m = slm::nanochat::load_mhc(*g.ck, "", c);
   ASSERT_TRUE(m.ok());
   const std::size_t T = 13, C = 32;
   const auto b0 = g.tensor("in/branch.0"), b1 = g.tensor("in/branch.1");
@@ -414,7 +415,7 @@ TEST(mhc, EdgeCasesAndErrors) {
   const float* with_null[] = {b0.data(), nullptr};
   EXPECT_TRUE(fails_with(m->forward(with_null, T, y.data(), ws, cx), slm::errc::invalid_argument, {"null branch"}));
   EXPECT_TRUE(fails_with(m->forward(two, T, nullptr, ws, cx), slm::errc::invalid_argument, {"null output"}));
-  slm::mhc_mixer lim = std::move(*slm::mhc_mixer::load(*g.ck, "", c));
+  slm::mhc_mixer lim = std::move(*slm::nanochat::load_mhc(*g.ck, "", c));
   lim.cfg.max_branches = 1;
   EXPECT_TRUE(fails_with(lim.forward(two, T, y.data(), ws, cx), slm::errc::invalid_argument,
                          {"too many branches", "max_branches=1"}));

@@ -1,6 +1,7 @@
 // Tests for slm/io/json.hpp: the strict RFC 8259 reader, its error messages and limits,
 // exact 64-bit integers, and the writer's round trip. Built with and without exceptions.
 #include "slm/io/json.hpp"
+#include "slm/io/config_reader.hpp"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace {
 
@@ -665,6 +667,80 @@ TEST(Json, CopyAndMove) {
   const value big_copy = big;
   big = value();
   EXPECT_EQ(big_copy["k42"].as_int64(), 42);
+}
+
+// The one config-field reader of every family: absent and null keep the default, a
+// required key must be there, and a value of the wrong type or range is refused with an
+// error naming the file and the key (never read as something else).
+TEST(ConfigReader, StrictFieldsNameFileAndKey) {
+  auto doc = parse(R"({"n": 4096, "f": 4096.0, "neg": -1, "half": 1.5, "text": "128", "yes": true, "nul": null,
+                       "big": 1099511627777, "eps": 1e-5, "act": "gelu", "list": [1, 2, 3], "bad_list": [1, -2],
+                       "types": ["a", "b"], "mixed": ["a", 1]})");
+  ASSERT_TRUE(doc.ok());
+  const slm::config_reader r{*doc, "X config.json"};
+  auto refused = [](const slm::status& st, std::string_view key, std::string_view says) {
+    return st.code() == errc::format_error && st.message().find("X config.json: \"" + std::string(key) + "\" " +
+                                                                std::string(says)) != std::string::npos;
+  };
+  std::size_t n = 7;
+  EXPECT_TRUE(r.size("n", n).ok());
+  EXPECT_EQ(n, 4096u);
+  EXPECT_TRUE(r.size("f", n).ok());  // an integral double is a size
+  EXPECT_EQ(n, 4096u);
+  n = 7;
+  EXPECT_TRUE(r.size("absent", n).ok());
+  EXPECT_TRUE(r.size("nul", n).ok());
+  EXPECT_EQ(n, 7u);  // absent and null keep the default
+  EXPECT_TRUE(refused(r.size("absent", n, true), "absent", "is missing"));
+  EXPECT_TRUE(refused(r.size("nul", n, true), "nul", "is missing"));
+  for (const char* key : {"neg", "half", "text", "yes", "big"})
+    EXPECT_TRUE(refused(r.size(key, n), key, "is not an integer in [0, 1099511627776]")) << key;
+  EXPECT_TRUE(refused(r.size("n", n, false, 100), "n", "is not an integer in [0, 100]"));
+  EXPECT_EQ(n, 7u);  // a refusal leaves the value alone
+  EXPECT_TRUE(refused(r.positive("absent", n), "absent", "is missing"));
+  auto zero = parse(R"({"z": 0})");
+  ASSERT_TRUE(zero.ok());
+  EXPECT_TRUE(refused(slm::config_reader{*zero, "X config.json"}.positive("z", n), "z", "is 0"));
+
+  double d = 2.0;
+  float f = 3.0f;
+  EXPECT_TRUE(r.number("eps", d).ok());
+  EXPECT_EQ(d, 1e-5);
+  EXPECT_TRUE(r.number("eps", f).ok());
+  EXPECT_EQ(f, 1e-5f);
+  EXPECT_TRUE(refused(r.number("text", d), "text", "is not a finite number"));
+  EXPECT_TRUE(refused(r.number("absent", d, true), "absent", "is missing"));
+
+  bool b = false;
+  EXPECT_TRUE(r.boolean("yes", b).ok());
+  EXPECT_TRUE(b);
+  EXPECT_TRUE(refused(r.boolean("n", b), "n", "is not true or false"));
+
+  std::string str = "default";
+  EXPECT_TRUE(r.string("absent", str).ok());
+  EXPECT_EQ(str, "default");
+  EXPECT_TRUE(refused(r.string("n", str), "n", "is not a string"));
+  EXPECT_TRUE(r.choice("act", str, {"relu", "gelu"}).ok());
+  EXPECT_EQ(str, "gelu");
+  EXPECT_TRUE(refused(r.choice("act", str, {"silu", "relu"}), "act", "is \"gelu\", expected one of \"silu\", \"relu\""));
+  str = "silu";
+  EXPECT_TRUE(r.choice("absent", str, {"silu"}).ok());  // the default stands
+
+  std::vector<std::size_t> v;
+  EXPECT_TRUE(r.sizes("list", v, true, 10).ok());
+  EXPECT_EQ(v, (std::vector<std::size_t>{1, 2, 3}));
+  EXPECT_TRUE(refused(r.sizes("list", v, true, 2), "list", "holds a value that is not an integer in [0, 2]"));
+  EXPECT_TRUE(refused(r.sizes("bad_list", v, true, 10), "bad_list", "holds a value"));
+  EXPECT_TRUE(refused(r.sizes("n", v, true, 10), "n", "is not a list"));
+  EXPECT_TRUE(refused(r.sizes("absent", v, true, 10), "absent", "is missing"));
+
+  std::vector<std::string_view> t;
+  EXPECT_TRUE(r.strings("types", 2, t).ok());
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[1], "b");
+  std::vector<std::string_view> u;
+  EXPECT_TRUE(refused(r.strings("types", 3, u), "types", "is not a list of 3 strings (one per layer)"));
+  EXPECT_TRUE(refused(r.strings("mixed", 2, u), "mixed", "holds a non-string"));
 }
 
 }  // namespace

@@ -200,7 +200,7 @@ TEST(layersRopeSchedule, YarnParsedFromEitherConfigStyle) {
             "original_max_position_embeddings": 4096, "mscale": 0.707, "mscale_all_dim": 1, "truncate": false}})"}) {
     auto cfg = slm::json::parse(text);
     ASSERT_TRUE(cfg.ok());
-    auto p = slm::rope_params::from_config(*cfg);
+    auto p = slm::rope_params_from_config(*cfg);
     ASSERT_TRUE(p.ok()) << p.error().message();
     EXPECT_EQ(p->type, slm::rope_type::yarn);
     EXPECT_FALSE(p->truncate);
@@ -238,7 +238,7 @@ TEST(layersRopeSchedule, Bf16InvFreqIsRoundedAsTransformersBufferIs) {
   // The config's dtype chooses it, in either spelling.
   for (const char* text : {R"({"dtype": "bfloat16"})", R"({"torch_dtype": "bfloat16"})", R"({"dtype": "float32"})"}) {
     auto cfg = slm::json::parse(text);
-    auto q = slm::rope_params::from_config(*cfg);
+    auto q = slm::rope_params_from_config(*cfg);
     ASSERT_TRUE(q.ok());
     EXPECT_EQ(q->inv_freq_dtype, std::string_view(text).find("bfloat16") != std::string_view::npos ? slm::dtype::bf16
                                                                                                    : slm::dtype::f32)

@@ -28,6 +28,7 @@
 
 #include "slm/layers/m2rnn.hpp"
 #include "slm/io/safetensors.hpp"
+#include "slm/models/nam56r/bind.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -329,7 +330,7 @@ layer_fixture make_layer(const slm::m2rnn_config& c, const std::string& tag, std
   layer_fixture f;
   f.cfg = c;
   f.p = random_params(c, seed);
-  f.prefix = m2rnn_mixer::megatron_prefix(11);
+  f.prefix = slm::nam56r::m2rnn_prefix(11);
   f.T = T;
   rng r{seed * 31 + 1};
   f.u.resize(T * c.d_model);
@@ -358,7 +359,7 @@ layer_fixture make_layer(const slm::m2rnn_config& c, const std::string& tag, std
   EXPECT_TRUE(ck.ok()) << ck.error().message();
   if (!ck.ok()) return f;
   f.ck.emplace(std::move(*ck));
-  auto l = m2rnn_mixer::load(*f.ck, f.prefix, c);
+  auto l = slm::nam56r::load_m2rnn(*f.ck, f.prefix, c);
   EXPECT_TRUE(l.ok()) << l.error().message();
   if (l.ok()) f.layer.emplace(std::move(*l));
   return f;
@@ -420,7 +421,7 @@ TEST_P(M2rnnLayer, AllPathsMatchNaiveTranscription) {
     worst = std::max(worst, e);
   }
   // A different prefix does not hold the layer.
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, m2rnn_mixer::megatron_prefix(12), c), slm::errc::not_found,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, slm::nam56r::m2rnn_prefix(12), c), slm::errc::not_found,
                                    {"decoder.layers.12.mixer.impl.input_projection"}));
   std::printf("[ figures  ] layer %s: worst rel err vs naive double %.3g\n", GetParam().name, worst);
 }
@@ -619,7 +620,7 @@ TEST(m2rnn, ConfigAndLoadErrors) {
   EXPECT_EQ(nam.heads(), 51u);
   EXPECT_EQ(nam.conv_dim(), 944u);
   EXPECT_EQ(nam.in_proj_dim(), 1811u);
-  EXPECT_EQ(m2rnn_mixer::megatron_prefix(11), "decoder.layers.11.mixer.impl");
+  EXPECT_EQ(slm::nam56r::m2rnn_prefix(11), "decoder.layers.11.mixer.impl");
   c.num_q_heads = 3;
   EXPECT_TRUE(slm_test::fails_with(c.validate(), slm::errc::invalid_argument, {"3 q heads", "4 heads"}));
   c = small_config();
@@ -634,19 +635,19 @@ TEST(m2rnn, ConfigAndLoadErrors) {
   ASSERT_TRUE(f.layer);
   c = small_config();
   c.conv_kernel = 3;
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, f.prefix, c), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, f.prefix, c), slm::errc::format_error,
                                    {"decoder.layers.11.mixer.impl.conv1d.weight", "[32, 1, 4]", "[32, 1, 3]"}));
   c = small_config();
   c.num_heads = 2;  // in_proj rows differ
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, f.prefix, c), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, f.prefix, c), slm::errc::format_error,
                                    {"input_projection", "[52, 48]"}));
   c = small_config();
   c.d_model = 47;  // 3 heads by the default rule
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, f.prefix, c), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, f.prefix, c), slm::errc::format_error,
                                    {"input_projection"}));
   c = small_config();
   c.num_q_heads = 2;  // q rows move, so input_projection no longer fits
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, f.prefix, c), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, f.prefix, c), slm::errc::format_error,
                                    {"input_projection"}));
   // A layer without D (use_residual = false) is refused when the config wants one.
   slm::m2rnn_config nod = small_config();
@@ -654,11 +655,11 @@ TEST(m2rnn, ConfigAndLoadErrors) {
   layer_fixture g = make_layer(nod, "load_nod");
   ASSERT_TRUE(g.layer);
   EXPECT_TRUE(g.layer->D.empty());
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*g.ck, g.prefix, small_config()), slm::errc::not_found,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*g.ck, g.prefix, small_config()), slm::errc::not_found,
                                    {"decoder.layers.11.mixer.impl.D"}));
   c = small_config();
   c.d_model = 0;
-  EXPECT_TRUE(slm_test::fails_with(m2rnn_mixer::load(*f.ck, f.prefix, c), slm::errc::invalid_argument,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_m2rnn(*f.ck, f.prefix, c), slm::errc::invalid_argument,
                                    {"d_model"}));
 }
 

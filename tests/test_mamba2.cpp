@@ -25,6 +25,7 @@
 #include "slm/io/json.hpp"
 #include "slm/layers/mamba2.hpp"
 #include "slm/io/safetensors.hpp"
+#include "slm/models/hf/bind.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -97,7 +98,7 @@ golden_case load_case(const std::string& name, const std::string& prefix_dir = "
   EXPECT_TRUE(ck.ok()) << ck.error().message();
   if (!ck.ok()) return g;
   g.ck.emplace(std::move(*ck));
-  auto l = mamba2_mixer::load(*g.ck, "", g.cfg);
+  auto l = slm::hf::load_mamba2(*g.ck, "", g.cfg);
   EXPECT_TRUE(l.ok()) << l.error().message();
   if (l.ok()) g.layer.emplace(std::move(*l));
   return g;
@@ -446,7 +447,7 @@ TEST(mamba2, OptionsAgainstNaiveReference) {
   for (const variant& v : variants) {
     slm::mamba2_config c = g.cfg;
     v.set(c);
-    auto l = mamba2_mixer::load(*ck, pre, c);
+    auto l = slm::hf::load_mamba2(*ck, pre, c);
     ASSERT_TRUE(l.ok()) << l.error().message();
     EXPECT_TRUE(l->d_per_channel);
     const auto ref = naive_mamba2(c, q, u.data(), T);
@@ -472,18 +473,18 @@ TEST(mamba2, LoadShapeErrorsNameTheTensor) {
   ASSERT_TRUE(g.ck);
   slm::mamba2_config c = g.cfg;
   c.d_conv = 3;
-  EXPECT_TRUE(slm_test::fails_with(mamba2_mixer::load(*g.ck, "", c), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::hf::load_mamba2(*g.ck, "", c), slm::errc::format_error,
                                    {"conv1d.weight", "[160, 1, 4]", "[160, 1, 3]"}));
   c = g.cfg;
   c.d_state = 8;
-  EXPECT_TRUE(slm_test::fails_with(mamba2_mixer::load(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::hf::load_mamba2(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
   c = g.cfg;
   c.headdim = 32;  // 4 heads: in_proj rows differ
-  EXPECT_TRUE(slm_test::fails_with(mamba2_mixer::load(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::hf::load_mamba2(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
   c = g.cfg;
   c.headdim = 24;
-  EXPECT_TRUE(slm_test::fails_with(mamba2_mixer::load(*g.ck, "", c), slm::errc::invalid_argument, {"headdim"}));
-  EXPECT_TRUE(slm_test::fails_with(mamba2_mixer::load(*g.ck, "backbone.layers.0.mixer", g.cfg), slm::errc::not_found,
+  EXPECT_TRUE(slm_test::fails_with(slm::hf::load_mamba2(*g.ck, "", c), slm::errc::invalid_argument, {"headdim"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::hf::load_mamba2(*g.ck, "backbone.layers.0.mixer", g.cfg), slm::errc::not_found,
                                    {"backbone.layers.0.mixer.in_proj"}));
 }
 

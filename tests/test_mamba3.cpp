@@ -31,6 +31,7 @@
 #include "slm/io/json.hpp"
 #include "slm/layers/mamba3.hpp"
 #include "slm/io/safetensors.hpp"
+#include "slm/models/nam56r/bind.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -122,7 +123,7 @@ golden_case load_case(const std::string& name) {
   EXPECT_TRUE(ck.ok()) << ck.error().message();
   if (!ck.ok()) return g;
   g.ck.emplace(std::move(*ck));
-  auto l = mamba3_mixer::load(*g.ck, "", g.cfg);
+  auto l = slm::nam56r::load_mamba3(*g.ck, "", g.cfg);
   EXPECT_TRUE(l.ok()) << l.error().message();
   if (l.ok()) g.layer.emplace(std::move(*l));
   return g;
@@ -629,7 +630,7 @@ TEST(Mamba3, SoftplusActivationAgainstNaiveReference) {
     EXPECT_LE(rel_err(heavy.data(), ref.data(), T * d), kTol) << name << ": the naive transcription is off";
     mamba3_config c = g.cfg;
     c.a_activation = slm::mamba3_a_activation::softplus;
-    auto l = mamba3_mixer::load(*g.ck, "", c);
+    auto l = slm::nam56r::load_mamba3(*g.ck, "", c);
     ASSERT_TRUE(l.ok()) << l.error().message();
     const auto soft = naive_mamba3(c, p, u.data(), T);
     EXPECT_GT(rel_err(soft.data(), heavy.data(), T * d), 1e-3) << name << ": the activation changes nothing";
@@ -667,7 +668,7 @@ TEST(Mamba3, BadConfigIsRefused) {
   for (const bad& b : bads) {
     mamba3_config c = g.cfg;
     b.set(c);
-    EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "", c), slm::errc::invalid_argument, {"mamba3", b.says}));
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "", c), slm::errc::invalid_argument, {"mamba3", b.says}));
   }
   slm::workspace ws;
   slm::compute_context cx{slm_test::the_pools().p2};
@@ -684,17 +685,17 @@ TEST(Mamba3, WrongShapedWeightsNameTheTensor) {
   ASSERT_TRUE(g.ck);
   mamba3_config c = g.cfg;
   c.d_state = 16;  // in_proj rows differ
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
   c = g.cfg;
   c.mimo_rank = 2;
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
   c = g.cfg;
   c.is_mimo = false;  // a MIMO checkpoint read as SISO
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "", c), slm::errc::format_error, {"in_proj"}));
   c = g.cfg;
   c.outproj_norm = true;  // no norm.weight in this checkpoint
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "", c), slm::errc::not_found, {"norm.weight"}));
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*g.ck, "backbone.layers.0.mixer", g.cfg), slm::errc::not_found,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "", c), slm::errc::not_found, {"norm.weight"}));
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*g.ck, "backbone.layers.0.mixer", g.cfg), slm::errc::not_found,
                                    {"backbone.layers.0.mixer.in_proj"}));
   // A checkpoint whose B_bias is [H, N] (rank dimension missing) and whose mimo_o is absent.
   slm_test::temp_dir dir("shapes");
@@ -717,7 +718,7 @@ TEST(Mamba3, WrongShapedWeightsNameTheTensor) {
   }
   auto ck = slm::checkpoint::open(dir.path());
   ASSERT_TRUE(ck.ok()) << ck.error().message();
-  EXPECT_TRUE(slm_test::fails_with(mamba3_mixer::load(*ck, "", g.cfg), slm::errc::format_error,
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_mamba3(*ck, "", g.cfg), slm::errc::format_error,
                                    {"'B_bias'", "[8, 128]", "expected [8, 4, 32]"}));
 }
 

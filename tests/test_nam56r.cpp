@@ -724,9 +724,9 @@ TEST(Nam56r, MoeMatchesScalar) {
   auto ck = slm::checkpoint::open(dir);
   ASSERT_TRUE(ck.ok());
   const std::size_t d = 64, E = 4, K = 2, F = 32, S = 48, T = 6;
-  slm::basic_moe_ffn<>::megatron_config mc;
+  slm::nam56r::moe_config mc;
   mc.hidden = d; mc.n_experts = E; mc.top_k = K; mc.expert_ffn = F; mc.shared_ffn = S;
-  auto moe = slm::basic_moe_ffn<>::load_megatron(*ck, "decoder.layers.1.mlp", mc);
+  auto moe = slm::nam56r::load_moe<slm::router_by_config>(*ck, "decoder.layers.1.mlp", mc);
   ASSERT_TRUE(moe.ok()) << moe.error().message();
   auto get = [&](const std::string& n) {
     auto t = ck->tensor(n);
@@ -798,8 +798,8 @@ TEST(Nam56r, DsaTopKMatchesScalar) {
   ASSERT_TRUE(ck.ok());
   const std::size_t d = g.d, T = 24, nI = g.nI, dI = g.dI, K = g.topk, ql = g.q_lora;
   const std::string p = "decoder.layers.4.self_attention";  // A-rank 1: DSA
-  slm::megatron_indexer_config ic{d, ql, nI, dI, K, 10000.0, true};
-  auto ix = slm::lightning_indexer::load_megatron(*ck, p + ".core_attention.indexer", ic);
+  slm::nam56r::indexer_config ic{d, ql, nI, dI, K, 10000.0, true};
+  auto ix = slm::nam56r::load_indexer(*ck, p + ".core_attention.indexer", ic);
   ASSERT_TRUE(ix.ok()) << ix.error().message();
   auto get = [&](const std::string& n) {
     auto t = ck->tensor(n);
@@ -1103,7 +1103,7 @@ TEST(Nam56r, BadConfig) {
     return t.replace(at, from.size(), to);
   };
   EXPECT_TRUE(slm_test::fails_with(parse(with("\"hidden_size\": 64, ", "")), slm::errc::format_error,
-                                   {"missing key \"hidden_size\""}));
+                                   {"NAM56R config.json: \"hidden_size\" is missing"}));
   EXPECT_TRUE(slm_test::fails_with(parse(with("AEMEAEMEAEMR", "AEMX")), slm::errc::parse_error, {"'X'"}));
   EXPECT_TRUE(slm_test::fails_with(parse(with("[1, 2]", "[1, 7]")), slm::errc::out_of_range,
                                    {"dsa_a_ranks", "rank 7"}));
@@ -1111,7 +1111,7 @@ TEST(Nam56r, BadConfig) {
                                    slm::errc::invalid_argument, {"padded_vocab_size 100", "vocab_size 200"}));
   EXPECT_TRUE(slm_test::fails_with(parse(with("\"moe_router_topk\": 2", "\"moe_router_topk\": 5")),
                                    slm::errc::invalid_argument, {"moe_router_topk"}));
-  EXPECT_TRUE(slm_test::fails_with(parse(with("\"softmax\"", "\"sparsemax\"")), slm::errc::invalid_argument,
+  EXPECT_TRUE(slm_test::fails_with(parse(with("\"softmax\"", "\"sparsemax\"")), slm::errc::format_error,
                                    {"moe_router_score_function", "sparsemax"}));
   EXPECT_TRUE(slm_test::fails_with(parse(with("\"dsa_index_cache\": \"off\", \"dsa_index_cache_full_ranks\": [0]",
                                                "\"dsa_index_cache\": \"causal\", \"dsa_index_cache_full_ranks\": [0, 2]")),

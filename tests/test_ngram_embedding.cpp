@@ -20,6 +20,7 @@
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/io/safetensors.hpp"
 #include "slm/layers/structure_embedding.hpp"
+#include "slm/models/nam56r/bind.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -225,13 +226,13 @@ ngram_fixture make_ngram(const char* tag) {
   f.g = open_golden("cppmega_ngram_hash__small_tables");
   if (!f.g.file) return f;
   f.dir = std::make_unique<slm_test::temp_dir>(tag);
-  f.g.write_checkpoint(*f.dir, ngram_hash_embedding::megatron_prefix());
+  f.g.write_checkpoint(*f.dir, slm::nam56r::ngram_hash_prefix());
   auto ck = slm::checkpoint::open(f.dir->path());
   EXPECT_TRUE(ck.ok()) << ck.error().message();
   if (!ck.ok()) return f;
   f.ck.emplace(std::move(*ck));
-  EXPECT_TRUE(ngram_hash_embedding::present(*f.ck, ngram_hash_embedding::megatron_prefix()));
-  auto m = ngram_hash_embedding::load(*f.ck, ngram_hash_embedding::megatron_prefix(), small_config());
+  EXPECT_TRUE(slm::nam56r::has_ngram_hash(*f.ck, slm::nam56r::ngram_hash_prefix()));
+  auto m = slm::nam56r::load_ngram_hash(*f.ck, slm::nam56r::ngram_hash_prefix(), small_config());
   EXPECT_TRUE(m.ok()) << m.error().message();
   if (m.ok()) f.m.emplace(std::move(*m));
   return f;
@@ -320,7 +321,7 @@ TEST(ngram_embedding_hash, PrefillEqualsStepsAndRollback) {
 }
 
 TEST(ngram_embedding_hash, LoadErrors) {
-  const std::string pre = ngram_hash_embedding::megatron_prefix();
+  const std::string pre = slm::nam56r::ngram_hash_prefix();
   golden g = open_golden("cppmega_ngram_hash__small_tables");
   ASSERT_TRUE(g.file);
   {  // the config disagrees with the table (other table size)
@@ -330,16 +331,16 @@ TEST(ngram_embedding_hash, LoadErrors) {
     ASSERT_TRUE(ck.ok());
     ngram_hash_config c = small_config();
     c.table_size = 999;
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, c), slm::errc::format_error,
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, c), slm::errc::format_error,
                                      {"unified_table", "[8028, 8]", "[8020, 8]"}));
     c = small_config();
     c.d_model = 16;
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, c), slm::errc::format_error, {"out_proj"}));
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, c), slm::errc::format_error, {"out_proj"}));
     c = small_config();
     c.num_heads = 0;
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, c), slm::errc::invalid_argument,
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, c), slm::errc::invalid_argument,
                                      {"num_heads"}));
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, "embedding.other", small_config()),
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, "embedding.other", small_config()),
                                      slm::errc::not_found, {"embedding.other.unified_table"}));
   }
   {  // the random integers are required
@@ -347,8 +348,8 @@ TEST(ngram_embedding_hash, LoadErrors) {
     g.write_checkpoint(dir, pre, {"hash_mults"});
     auto ck = slm::checkpoint::open(dir.path());
     ASSERT_TRUE(ck.ok());
-    EXPECT_FALSE(ngram_hash_embedding::present(*ck, pre));
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, small_config()), slm::errc::not_found,
+    EXPECT_FALSE(slm::nam56r::has_ngram_hash(*ck, pre));
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, small_config()), slm::errc::not_found,
                                      {"hash_mults"}));
   }
   // A copy of the golden's parameters with table 1's size changed (table_sizes_t) and,
@@ -377,7 +378,7 @@ TEST(ngram_embedding_hash, LoadErrors) {
     write_bad(dir, true);
     auto ck = slm::checkpoint::open(dir.path());
     ASSERT_TRUE(ck.ok());
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, small_config()), slm::errc::format_error,
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, small_config()), slm::errc::format_error,
                                      {"hash_bias", "F32"}));
   }
   {  // a derived buffer that disagrees with the config
@@ -385,7 +386,7 @@ TEST(ngram_embedding_hash, LoadErrors) {
     write_bad(dir, false);
     auto ck = slm::checkpoint::open(dir.path());
     ASSERT_TRUE(ck.ok());
-    EXPECT_TRUE(slm_test::fails_with(ngram_hash_embedding::load(*ck, pre, small_config()), slm::errc::format_error,
+    EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_ngram_hash(*ck, pre, small_config()), slm::errc::format_error,
                                      {"table_sizes_t", "holds 785 at 1", "1001"}));
   }
   // Bad arguments leave the history untouched.
@@ -424,13 +425,13 @@ struct_fixture make_struct(const char* name, std::uint8_t active) {
   f.g = open_golden(name);
   if (!f.g.file) return f;
   f.dir = std::make_unique<slm_test::temp_dir>(name);
-  f.g.write_checkpoint(*f.dir, structure_embedding::megatron_prefix());
+  f.g.write_checkpoint(*f.dir, slm::nam56r::structure_prefix());
   auto ck = slm::checkpoint::open(f.dir->path());
   EXPECT_TRUE(ck.ok()) << ck.error().message();
   if (!ck.ok()) return f;
   f.ck.emplace(std::move(*ck));
-  EXPECT_TRUE(structure_embedding::present(*f.ck, structure_embedding::megatron_prefix()));
-  auto m = structure_embedding::load(*f.ck, structure_embedding::megatron_prefix(), struct_config(active));
+  EXPECT_TRUE(slm::nam56r::has_structure_embedding(*f.ck, slm::nam56r::structure_prefix()));
+  auto m = slm::nam56r::load_structure_embedding(*f.ck, slm::nam56r::structure_prefix(), struct_config(active));
   EXPECT_TRUE(m.ok()) << m.error().message();
   if (m.ok()) f.m.emplace(std::move(*m));
   return f;
@@ -529,17 +530,17 @@ TEST(ngram_embedding_structure, MissingInputsAndErrors) {
                                    {"3 ids for 4 tokens"}));
   // Wrong config against the checkpoint.
   auto c = struct_config(structure_embedding_config::all);
-  EXPECT_TRUE(slm_test::fails_with(structure_embedding::load(*f.ck, structure_embedding::megatron_prefix(), c),
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_structure_embedding(*f.ck, slm::nam56r::structure_prefix(), c),
                                    slm::errc::format_error, {"stacked_emb.weight", "[25, 16]", "[119, 16]"}));
   c = struct_config(0);
-  EXPECT_TRUE(slm_test::fails_with(structure_embedding::load(*f.ck, structure_embedding::megatron_prefix(), c),
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r::load_structure_embedding(*f.ck, slm::nam56r::structure_prefix(), c),
                                    slm::errc::invalid_argument, {"active"}));
 }
 
 // A production checkpoint keeps the module at its zero initialisation: detected, skipped.
 TEST(ngram_embedding_structure, ZeroModuleIsSkipped) {
   slm_test::temp_dir dir("zero");
-  const std::string pre = structure_embedding::megatron_prefix();
+  const std::string pre = slm::nam56r::structure_prefix();
   slm::safetensors::writer w;
   std::vector<float> emb(25 * 16, 0.0f), up(24 * 16, 0.0f), sc{0.5f, 0.5f};
   ASSERT_TRUE(w.add(pre + ".stacked_emb.weight", slm::dtype::f32, slm::shape{25, 16}, std::as_bytes(std::span(emb))).ok());
@@ -549,7 +550,7 @@ TEST(ngram_embedding_structure, ZeroModuleIsSkipped) {
   ASSERT_TRUE(slm_test::write_file(dir / "config.json", "{}"));
   auto ck = slm::checkpoint::open(dir.path());
   ASSERT_TRUE(ck.ok());
-  auto m = structure_embedding::load(*ck, pre, struct_config(structure_embedding_config::core));
+  auto m = slm::nam56r::load_structure_embedding(*ck, pre, struct_config(structure_embedding_config::core));
   ASSERT_TRUE(m.ok()) << m.error().message();
   EXPECT_TRUE(m->is_zero());
   const std::array<std::int32_t, 2> ids{1, 2};

@@ -126,7 +126,7 @@ def gelu(x):
 
 
 # ------------------------------------------------------------------------------------------
-# Attention: MLA (layers/mla.hpp load_megatron) and the Megatron lightning indexer (layers/dsa.hpp)
+# Attention: MLA (models/nam56r/bind.hpp load_mla) and the Megatron lightning indexer (layers/dsa.hpp)
 
 
 class Indexer(nn.Module):
@@ -258,7 +258,7 @@ class AttnLayer(nn.Module):
 
 
 # ------------------------------------------------------------------------------------------
-# MoE (layers/moe.hpp load_megatron)
+# MoE (models/nam56r/bind.hpp load_moe)
 
 
 class _IndexedWeights(nn.Module):

@@ -15,7 +15,7 @@
 // preserves the dot products and the FP8 scoring is a precision optimization).
 // Ties at the top-k boundary are resolved as torch.topk resolves them on CPU (see select).
 //
-// Megatron flavour (NAM56R, spec nam56r.md §2.3; load_megatron): qI = wq_b(c^q) on the raw
+// Megatron flavour (NAM56R, spec nam56r.md §2.3; models/nam56r/bind.hpp): qI = wq_b(c^q) on the raw
 // q latent (Megatron MLA has no latent norms), LayerNorm eps 1e-5 on the key, RoPE over
 // the whole indexer head with adjacent pairs (2i, 2i+1) as Megatron MLA pairs, weights
 // scaled by IH^-1/2 ID^-1/2 outside the ReLU (the same value: ReLU is positively
@@ -37,7 +37,6 @@
 
 #include "slm/layers/attention.hpp"
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/rope.hpp"
@@ -65,13 +64,6 @@ void dsa_select_top_k(const float* score, std::size_t visible, std::size_t n_all
                       std::pair<float, std::int64_t>* pairs, std::int32_t* out,
                       bool stable_ties = false) noexcept;
 
-// The Megatron indexer's sizes (models/nam56r/model.hpp fills it from config.json).
-struct megatron_indexer_config {
-  std::size_t hidden = 0, q_lora = 0, n_heads = 0, head_dim = 0, top_k = 0;
-  double rotary_base = 10000.0;
-  bool use_relu = true;
-};
-
 struct lightning_indexer {
   linear wq_b, wk, weights_proj;
   layer_norm k_norm;
@@ -82,18 +74,6 @@ struct lightning_indexer {
   bool use_relu = true;
   bool interleaved_rope = false;  // Megatron: adjacent pairs over the whole head
   bool stable_ties = false;       // Megatron: ties by key index (dsa_select_top_k)
-
-  // Megatron names under prefix (`...self_attention.core_attention.indexer`):
-  // linear_wq_b [IH ID, q_lora], linear_wk [ID, d], k_norm.{weight, bias} [ID],
-  // linear_weights_proj [IH, d].
-  static result<lightning_indexer> load_megatron(const checkpoint& ck, const std::string& prefix,
-                                                 const megatron_indexer_config& c);
-
-  // The three projections and the key LayerNorm (weight + bias) of an indexer whose
-  // n_heads / head_dim are set, under either checkpoint's names {wq_b, wk, weights_proj}.
-  static status load_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
-                             std::size_t q_in, std::size_t hidden, lightning_indexer& ix);
-
 
   // Appends the keys of x [T, d] (positions keys.n..) to `keys` and writes, per query,
   // top_k selected key indices to sel [T, top_k] (-1 where fewer keys are visible).
@@ -142,46 +122,6 @@ SLM_INLINE void dsa_select_top_k(const float* score, std::size_t visible, std::s
   for (std::size_t j = 0; j < top_k; ++j)
     out[j] = j < kept && static_cast<std::size_t>(pairs[j].second) < visible ? static_cast<std::int32_t>(pairs[j].second)
                                                                             : -1;
-}
-
-SLM_INLINE result<lightning_indexer> lightning_indexer::load_megatron(
-    const checkpoint& ck, const std::string& prefix, const megatron_indexer_config& c) {
-  lightning_indexer ix;
-  ix.n_heads = c.n_heads;
-  ix.head_dim = c.head_dim;
-  ix.top_k = c.top_k;
-  rope_params rp;
-  rp.theta = c.rotary_base;
-  ix.rope = rope_table::make(rp, c.head_dim);
-  ix.interleaved_rope = true;
-  ix.stable_ties = true;
-  ix.use_relu = c.use_relu;
-  ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.n_heads * c.head_dim)));
-  ix.dot_scale = 1.0f;
-  SLM_TRY(load_weights(ck, prefix, {".linear_wq_b", ".linear_wk", ".linear_weights_proj"}, c.q_lora, c.hidden, ix));
-  ix.k_norm.eps = 1e-5f;  // Megatron's LayerNorm(eps = layernorm_epsilon)
-  return ix;
-}
-
-SLM_INLINE status lightning_indexer::load_weights(const checkpoint& ck, const std::string& prefix,
-                                                  const std::array<const char*, 3>& names, std::size_t q_in,
-                                                  std::size_t hidden, lightning_indexer& ix) {
-  auto q = load_linear(ck, prefix + names[0], ix.n_heads * ix.head_dim, q_in);
-  if (!q.ok()) return std::move(q).take_error();
-  auto k = load_linear(ck, prefix + names[1], ix.head_dim, hidden);
-  if (!k.ok()) return std::move(k).take_error();
-  auto w = load_linear(ck, prefix + names[2], ix.n_heads, hidden);
-  if (!w.ok()) return std::move(w).take_error();
-  auto nw = load_vector(ck, prefix + ".k_norm.weight", ix.head_dim);
-  if (!nw.ok()) return std::move(nw).take_error();
-  auto nb = load_vector(ck, prefix + ".k_norm.bias", ix.head_dim);
-  if (!nb.ok()) return std::move(nb).take_error();
-  ix.wq_b = std::move(*q);
-  ix.wk = std::move(*k);
-  ix.weights_proj = std::move(*w);
-  ix.k_norm.weight = std::move(*nw);
-  ix.k_norm.bias = std::move(*nb);
-  return {};
 }
 
 SLM_INLINE status lightning_indexer::select(const float* x, const float* q_latent, std::size_t T, kv_rows& keys,

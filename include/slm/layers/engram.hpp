@@ -8,7 +8,7 @@
 // separated integers, blanks skipped, non-positive values and repeats dropped keeping the
 // first occurrence, (2, 3, 4) when nothing is left), K = max order.
 //
-// Parameters (nanochat names under `transformer.h.{i}.engram.`, see nanochat_prefix(); no
+// Parameters (nanochat names under `transformer.h.{i}.engram.`, models/nanochat/bind.hpp; no
 // biases, all nn.Linear(bias=False)):
 //   in_proj.weight       [b, C]
 //   order_mix.{j}.weight [b, b]   j = 0 .. k-1, order_mix.j belongs to order n_{j+1}
@@ -53,7 +53,6 @@
 #include <vector>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/core/status.hpp"
@@ -114,14 +113,6 @@ class engram_branch {
   linear in_proj;                // [b, C]
   std::vector<linear> order_mix;  // k x [b, b]
   linear out_proj;               // [C, b]
-
-  // `transformer.h.{layer}.engram` (nanochat GPT, layer 0-based).
-  static std::string nanochat_prefix(std::size_t layer) { return cat("transformer.h.", layer, ".engram"); }
-
-  // Tensors `<prefix>.in_proj.weight` etc. (empty prefix: the bare names), shapes checked
-  // against cfg; a checkpoint with more order_mix modules than cfg has orders is refused
-  // (the config does not describe it).
-  static result<engram_branch> load(const checkpoint& ck, std::string_view prefix, const engram_config& c);
 
   // Sizes the state and zeroes it (a fresh sequence).
   status init_state(engram_state& s) const;
@@ -220,34 +211,6 @@ SLM_INLINE status engram_state::copy_from(const engram_state& o) {
   if (o.hist.size()) std::memcpy(hist.data(), o.hist.data(), o.hist.size() * sizeof(float));
   n = o.n;
   return {};
-}
-
-SLM_INLINE result<engram_branch> engram_branch::load(const checkpoint& ck, std::string_view prefix,
-                                                     const engram_config& c) {
-  SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) {
-    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-  };
-  engram_branch e;
-  e.cfg = c;
-  const std::size_t C = c.n_embd, b = c.bottleneck();
-  auto ip = load_linear(ck, join("in_proj"), b, C);
-  if (!ip.ok()) return std::move(ip).take_error();
-  e.in_proj = std::move(*ip);
-  e.order_mix.reserve(c.orders.size());
-  for (std::size_t j = 0; j < c.orders.size(); ++j) {
-    auto m = load_linear(ck, join(cat("order_mix.", j)), b, b);
-    if (!m.ok()) return std::move(m).take_error();
-    e.order_mix.push_back(std::move(*m));
-  }
-  const std::string extra = join(cat("order_mix.", c.orders.size(), ".weight"));
-  if (ck.find(extra))
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", extra, "' exists but the config has ",
-                      c.orders.size(), " ngram orders");
-  auto op = load_linear(ck, join("out_proj"), C, b);
-  if (!op.ok()) return std::move(op).take_error();
-  e.out_proj = std::move(*op);
-  return e;
 }
 
 SLM_INLINE status engram_branch::init_state(engram_state& s) const {

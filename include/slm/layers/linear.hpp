@@ -1,5 +1,5 @@
-// slm/layers/linear.hpp - a linear layer y = x W^T (+ b) over a weight in any format, and the
-// loaders that build layers from checkpoint tensors with their shapes checked.
+// slm/layers/linear.hpp - a linear layer y = x W^T (+ b) over a weight in any format. Binders
+// (models/bind.hpp: load_linear) fill it from checkpoint tensors with their shapes checked.
 //
 // Every matrix product of the model code goes through linear::apply, which also counts
 // the weight bytes it streams (codes + scales) into the caller's compute context: that
@@ -14,12 +14,9 @@
 #include <string_view>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
-#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/kernels/matmul.hpp"
 #include "slm/core/parallel.hpp"
-#include "slm/formats/quant_config.hpp"
 #include "slm/core/status.hpp"
 #include "slm/formats/weights.hpp"
 
@@ -95,28 +92,6 @@ SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, 
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];
   return {};
-}
-#endif  // SLM_DEFINE_KERNELS
-
-// The weight of linear module `module` (any on-disk layout formats/quant_config.hpp knows), with
-// its shape checked against [out, in]; its bias is loaded when the checkpoint has one.
-result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in);
-#if SLM_DEFINE_KERNELS
-SLM_INLINE result<linear> load_linear(const checkpoint& ck, std::string_view module, std::size_t out, std::size_t in) {
-  auto w = load_linear_weight(ck, module);
-  if (!w.ok()) return std::move(w).take_error();
-  if (w->rows != out || w->cols != in)
-    return make_error(errc::format_error, ck.dir().string(), ": module '", module, "' is [", w->rows, ", ", w->cols,
-                      "], the config implies [", out, ", ", in, "]");
-  linear l;
-  l.w = *w;
-  const std::string bias_name = cat(module, ".bias");
-  if (ck.find(bias_name)) {
-    auto b = load_vector(ck, bias_name, out);
-    if (!b.ok()) return std::move(b).take_error();
-    l.bias = std::move(*b);
-  }
-  return l;
 }
 #endif  // SLM_DEFINE_KERNELS
 

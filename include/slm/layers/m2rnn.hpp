@@ -9,7 +9,7 @@
 // conv_dim = Hq K + Hk K + H V (944), d_in = conv_dim + H + H V (1811), Kc = conv_kernel (4).
 //
 // Parameters (Megatron names under `decoder.layers.{L}.mixer.impl.`, L = layer number - 1,
-// see megatron_prefix(); the layer's input RMSNorm `decoder.layers.{L}.norm.weight` and the
+// models/nam56r/bind.hpp; the layer's input RMSNorm `decoder.layers.{L}.norm.weight` and the
 // residual add belong to the decoder, as for mamba2_mixer):
 //   input_projection.weight   [d_in, d]          rows: c [conv_dim] | f~ [H] | g [H V]
 //   conv1d.weight [conv_dim, 1, Kc]   conv1d.bias [conv_dim]      (none when Kc = 0)
@@ -71,8 +71,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
-#include "slm/io/shaped_tensor.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/parallel.hpp"
@@ -119,9 +117,6 @@ inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std:
 inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
 // cppmega `_softplus_decay_gate` with a = exp(A_log): exp(-a softplus(pre)).
 inline float decay(float pre, float a) noexcept { return std::exp(-(a * softplus(pre))); }
-inline std::string join(std::string_view prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-}
 
 status check_io(const m2rnn_scan_dims& d, const float* W, const m2rnn_scan_io& io, std::size_t T,
                        const float* M);
@@ -228,14 +223,6 @@ class m2rnn_mixer {
   floats W;          // [H, V, V] state_weight
   floats D;          // [H, V], empty without use_residual
   rms_norm g_norm;   // [H V], eps
-
-  // `decoder.layers.{layer}.mixer.impl` (layer 0-based: NAM56R's R layers 12, 24, 36, 48 are
-  // 11, 23, 35, 47).
-  static std::string megatron_prefix(std::size_t layer) { return cat("decoder.layers.", layer, ".mixer.impl"); }
-
-  // Tensors `<prefix>.input_projection.weight` etc. (no prefix: the bare names), shapes
-  // checked against cfg; an error names the tensor.
-  static result<m2rnn_mixer> load(const checkpoint& ck, std::string_view prefix, const m2rnn_config& c);
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
   status init_state(m2rnn_state& s) const;
@@ -471,36 +458,6 @@ SLM_INLINE status m2rnn_state::copy_from(const m2rnn_state& o) {
   if (o.M.size()) std::memcpy(M.data(), o.M.data(), o.M.size() * sizeof(float));
   n = o.n;
   return {};
-}
-
-SLM_INLINE result<m2rnn_mixer> m2rnn_mixer::load(const checkpoint& ck, std::string_view prefix, const m2rnn_config& c) {
-  using detail::m2rnn::join;
-  SLM_TRY(c.validate());
-  m2rnn_mixer m;
-  m.cfg = c;
-  const std::size_t H = c.heads(), V = c.v_head_dim, cd = c.conv_dim(), Kc = c.conv_kernel;
-  auto ip = load_linear(ck, join(prefix, "input_projection"), c.in_proj_dim(), c.d_model);
-  if (!ip.ok()) return std::move(ip).take_error();
-  m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "output_projection"), c.d_model, c.hv());
-  if (!op.ok()) return std::move(op).take_error();
-  m.out_proj = std::move(*op);
-  if (Kc == 0 && ck.find(join(prefix, "conv1d.weight")))  // the config would silently drop a trained conv
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", join(prefix, "conv1d.weight"),
-                      "' exists but the config's conv kernel (m2rnn_conv_kernel) is 0");
-  if (Kc) {
-    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
-    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.bias"), {cd}, m.conv_b));
-  }
-  SLM_TRY(load_shaped(ck, join(prefix, "A_log"), {H}, m.A));
-  for (std::size_t h = 0; h < H; ++h) m.A[h] = std::exp(m.A[h]);
-  SLM_TRY(load_shaped(ck, join(prefix, "dt_bias"), {H}, m.dt_bias));
-  SLM_TRY(load_shaped(ck, join(prefix, "state_weight"), {H, V, V}, m.W));
-  if (c.use_residual) SLM_TRY(load_shaped(ck, join(prefix, "D"), {H, V}, m.D));
-  SLM_TRY(load_shaped(ck, join(prefix, "g_norm.weight"), {H * V}, m.g_norm.weight));
-  m.g_norm.eps = c.eps;
-  m.g_norm.kind = norm_weight_kind::plain;
-  return m;
 }
 
 SLM_INLINE status m2rnn_mixer::init_state(m2rnn_state& s) const {

@@ -79,7 +79,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -146,9 +145,6 @@ namespace detail::mamba2 {
 
 inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch threshold 20
 inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
-inline std::string join(std::string_view prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-}
 
 }  // namespace detail::mamba2
 
@@ -163,10 +159,6 @@ class mamba2_mixer {
   floats D;        // [H], or [d_inner] when d_per_channel
   bool d_per_channel = false;
   floats norm_w;   // [d_inner] when cfg.rmsnorm
-
-  // Tensors `<prefix>.in_proj.weight` etc. (no prefix: the bare names), shapes checked
-  // against cfg; an error names the tensor.
-  static result<mamba2_mixer> load(const checkpoint& ck, std::string_view prefix, const mamba2_config& c);
 
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
@@ -260,59 +252,6 @@ SLM_INLINE status mamba2_config::validate() const {
   if (!(eps > 0.0f) || !(dt_min <= dt_max))
     return make_error(errc::invalid_argument, "mamba2: eps must be positive and dt_min <= dt_max");
   return {};
-}
-
-SLM_INLINE result<mamba2_mixer> mamba2_mixer::load(const checkpoint& ck, std::string_view prefix,
-                                                   const mamba2_config& c) {
-  using detail::mamba2::join;
-  SLM_TRY(c.validate());
-  mamba2_mixer m;
-  m.cfg = c;
-  const std::size_t H = c.heads(), Di = c.inner(), cd = c.conv_dim(), K = c.d_conv;
-  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);
-  if (!ip.ok()) return std::move(ip).take_error();
-  m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);
-  if (!op.ok()) return std::move(op).take_error();
-  m.out_proj = std::move(*op);
-
-  const std::string wname = join(prefix, "conv1d.weight");
-  auto w = ck.float_tensor(wname);
-  if (!w.ok()) return std::move(w).take_error();
-  if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
-      static_cast<std::size_t>(w->dim(2)) != K)
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", wname, "' has shape ",
-                      w->shape().to_string(), ", expected [", cd, ", 1, ", K, "]");
-  SLM_TRY(m.conv_w.resize(cd * K));
-  if (auto s = w->to_f32(m.conv_w.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", wname, "'"));
-  if (ck.find(join(prefix, "conv1d.bias"))) {
-    auto b = load_vector(ck, join(prefix, "conv1d.bias"), cd);
-    if (!b.ok()) return std::move(b).take_error();
-    m.conv_b = std::move(*b);
-  } else {
-    SLM_TRY(m.conv_b.assign_zero(cd));
-  }
-  auto dtb = load_vector(ck, join(prefix, "dt_bias"), H);
-  if (!dtb.ok()) return std::move(dtb).take_error();
-  m.dt_bias = std::move(*dtb);
-  auto alog = load_vector(ck, join(prefix, "A_log"), H);
-  if (!alog.ok()) return std::move(alog).take_error();
-  m.A = std::move(*alog);
-  for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
-
-  const std::string dname = join(prefix, "D");
-  auto dt = ck.tensor(dname);
-  if (!dt.ok()) return std::move(dt).take_error();
-  m.d_per_channel = dt->rank() == 1 && static_cast<std::size_t>(dt->dim(0)) == Di && Di != H;
-  auto dv = load_vector(ck, dname, m.d_per_channel ? Di : H);
-  if (!dv.ok()) return std::move(dv).take_error();
-  m.D = std::move(*dv);
-  if (c.rmsnorm) {
-    auto nw = load_vector(ck, join(prefix, "norm.weight"), Di);
-    if (!nw.ok()) return std::move(nw).take_error();
-    m.norm_w = std::move(*nw);
-  }
-  return m;
 }
 
 SLM_INLINE status mamba2_mixer::init_state(mamba2_state& s) const {

@@ -78,8 +78,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
-#include "slm/io/shaped_tensor.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -168,9 +166,6 @@ inline float wrap_angle(float a) noexcept {
   if (a >= two_pi || a < 0.0f) a -= two_pi * std::floor(a / two_pi);
   return a >= two_pi ? 0.0f : a;
 }
-inline std::string join(std::string_view prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-}
 
 inline void axpy(float* y, float a, const float* x, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; ++i) y[i] += a * x[i];
@@ -236,9 +231,6 @@ class mamba3_mixer {
   floats mimo_x, mimo_z, mimo_o;  // [H, R, P] (MIMO)
   floats norm_w;                  // [d_inner] (outproj_norm)
 
-  // Tensors `<prefix>.in_proj.weight` etc. (no prefix: the bare names), shapes checked
-  // against cfg; an error names the tensor.
-  static result<mamba3_mixer> load(const checkpoint& ck, std::string_view prefix, const mamba3_config& c);
 
   // Sizes the state's buffers and zeroes them (a fresh sequence).
   status init_state(mamba3_state& s) const;
@@ -371,46 +363,6 @@ SLM_INLINE void detail::mamba3::gemm_acc(float* C, std::size_t ldc, const float*
   }
 }
 
-
-SLM_INLINE result<mamba3_mixer> mamba3_mixer::load(const checkpoint& ck, std::string_view prefix,
-                                                   const mamba3_config& c) {
-  using detail::mamba3::join;
-  SLM_TRY(c.validate());
-  mamba3_mixer m;
-  m.cfg = c;
-  const std::size_t H = c.heads(), P = c.headdim, N = c.d_state, R = c.rank(), Di = c.inner();
-  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);
-  if (!ip.ok()) return std::move(ip).take_error();
-  m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);
-  if (!op.ok()) return std::move(op).take_error();
-  m.out_proj = std::move(*op);
-  struct param {
-    floats* dst;
-    const char* name;
-    std::initializer_list<std::size_t> dims;
-    bool wanted;
-  };
-  const param params[] = {
-      {&m.dt_bias, "dt_bias", {H}, true},
-      {&m.D, "D", {H}, true},
-      {&m.B_bias, "B_bias", {H, R, N}, true},
-      {&m.C_bias, "C_bias", {H, R, N}, true},
-      {&m.B_norm_w, "B_norm.weight", {N}, true},
-      {&m.C_norm_w, "C_norm.weight", {N}, true},
-      {&m.mimo_x, "mimo_x", {H, R, P}, c.is_mimo},
-      {&m.mimo_z, "mimo_z", {H, R, P}, c.is_mimo},
-      {&m.mimo_o, "mimo_o", {H, R, P}, c.is_mimo},
-      {&m.norm_w, "norm.weight", {Di}, c.outproj_norm},
-  };
-  for (const param& p : params) {
-    if (!p.wanted) continue;
-    auto v = load_shaped(ck, join(prefix, p.name), p.dims);
-    if (!v.ok()) return std::move(v).take_error();
-    *p.dst = std::move(*v);
-  }
-  return m;
-}
 
 SLM_INLINE status mamba3_mixer::init_state(mamba3_state& s) const {
   s.reset();  // zeroes what it holds; resize zeroes what it adds (one pass either way)

@@ -6,7 +6,7 @@
 // Sizes: C = n_embd, h = hidden = max(8, min(256, C / 4)), N branches (nanochat's GPT block
 // passes [base, x_block_input] or [base, x_block_input, engram_out]: N = 2 or 3), T tokens.
 //
-// Parameters (nanochat names under `transformer.h.{i}.mhc.`, see nanochat_prefix(); no
+// Parameters (nanochat names under `transformer.h.{i}.mhc.`, models/nanochat/bind.hpp; no
 // biases):
 //   score_proj.weight [h, C]
 //   score_out.weight  [1, h]   (zero at training init: uniform weights)
@@ -48,7 +48,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
 
@@ -84,11 +83,6 @@ class mhc_mixer {
   mhc_config cfg;
   linear score_proj;  // [h, C]
   linear score_out;   // [1, h]
-
-  // `transformer.h.{layer}.mhc` (nanochat GPT, layer 0-based).
-  static std::string nanochat_prefix(std::size_t layer) { return cat("transformer.h.", layer, ".mhc"); }
-
-  static result<mhc_mixer> load(const checkpoint& ck, std::string_view prefix, const mhc_config& c);
 
   // The mixing weights w [N] from the pooled branch means pooled [N, C] (p_n above).
   status weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws, compute_context& cx,
@@ -162,22 +156,6 @@ SLM_INLINE void mhc_sinkhorn(const float* raw, std::size_t N, std::size_t iters,
     }
   }
   rows();
-}
-
-SLM_INLINE result<mhc_mixer> mhc_mixer::load(const checkpoint& ck, std::string_view prefix, const mhc_config& c) {
-  SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) {
-    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-  };
-  mhc_mixer m;
-  m.cfg = c;
-  auto p = load_linear(ck, join("score_proj"), c.hidden(), c.n_embd);
-  if (!p.ok()) return std::move(p).take_error();
-  m.score_proj = std::move(*p);
-  auto o = load_linear(ck, join("score_out"), 1, c.hidden());
-  if (!o.ok()) return std::move(o).take_error();
-  m.score_out = std::move(*o);
-  return m;
 }
 
 SLM_INLINE status mhc_mixer::weights_from_pooled(const float* pooled, std::size_t N, float* w, workspace& ws,

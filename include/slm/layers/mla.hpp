@@ -17,7 +17,7 @@
 //    latent cache once instead of expanding it. The default for decode.
 // Tests check that both give the same logits.
 //
-// Megatron flavour (NAM56R, spec nam56r.md §2.2; load_megatron): linear_q_down_proj /
+// Megatron flavour (NAM56R, spec nam56r.md §2.2; models/nam56r/bind.hpp): linear_q_down_proj /
 // linear_q_up_proj / linear_kv_down_proj / linear_kv_up_proj / linear_proj in the roles of
 // q_a / q_b / kv_a / kv_b / o, no latent norms (latent_norms = false), adjacent-pair RoPE
 // (rope_interleaved, base rotary_base, no YaRN), softmax scale 1/sqrt(nope + rope).
@@ -38,7 +38,6 @@
 
 #include "slm/layers/attention.hpp"
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/dsa.hpp"
 #include "slm/layers/linear.hpp"
@@ -65,52 +64,6 @@ struct basic_mla_attention {
   float scale = 1.0f;
   bool latent_norms = true;  // q_a_norm / kv_a_norm applied (DeepSeek); Megatron MLA has none
   std::optional<lightning_indexer> indexer;  // DSA layers
-
-  // Megatron MLA sizes (models/nam56r/model.hpp fills it from config.json); indexer set for DSA layers.
-  struct megatron_config {
-    std::size_t hidden = 0, n_heads = 0, q_lora = 0, kv_lora = 0, nope = 0, rope = 0, v = 0;
-    double rotary_base = 10000.0;
-    std::optional<megatron_indexer_config> indexer;
-  };
-  // prefix = `...self_attention`: linear_q_down_proj [q_lora, d], linear_q_up_proj
-  // [H (nope + rope), q_lora], linear_kv_down_proj [kv_lora + rope, d], linear_kv_up_proj
-  // [H (nope + v), kv_lora] (per head: nope K rows, then v rows), linear_proj [d, H v];
-  // DSA: core_attention.indexer.* (lightning_indexer::load_megatron).
-  static result<basic_mla_attention> load_megatron(const checkpoint& ck, const std::string& prefix,
-                                                   const megatron_config& c) {
-    basic_mla_attention a;
-    a.n_heads = c.n_heads;
-    a.nope = c.nope;
-    a.rope_dim = c.rope;
-    a.v_dim = c.v;
-    a.kv_lora = c.kv_lora;
-    a.q_lora = c.q_lora;
-    a.interleave = true;
-    a.latent_norms = false;
-    rope_params rp;
-    rp.theta = c.rotary_base;
-    a.rope = rope_table::make(rp, c.rope);
-    a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.nope + c.rope)));
-    if (c.q_lora == 0) return make_error(errc::invalid_argument, "Megatron MLA '", prefix, "': q_lora_rank is 0");
-    const std::size_t H = c.n_heads, d = c.hidden, qk = c.nope + c.rope;
-    auto take = [&](linear& dst, const char* name, std::size_t out, std::size_t in) -> status {
-      auto l = load_linear(ck, prefix + name, out, in);
-      if (!l.ok()) return std::move(l).take_error();
-      dst = std::move(*l);
-      return {};
-    };
-    SLM_TRY(take(a.q_a, ".linear_q_down_proj", c.q_lora, d));
-    SLM_TRY(take(a.q_b, ".linear_q_up_proj", H * qk, c.q_lora));
-    SLM_TRY(take(a.kv_a, ".linear_kv_down_proj", c.kv_lora + c.rope, d));
-    SLM_TRY(take(a.kv_b, ".linear_kv_up_proj", H * (c.nope + c.v), c.kv_lora));
-    SLM_TRY(take(a.o, ".linear_proj", d, H * c.v));
-    if (c.indexer) {
-      auto ix = lightning_indexer::load_megatron(ck, prefix + ".core_attention.indexer", *c.indexer);
-      if (!ix.ok()) return std::move(ix).take_error();
-      a.indexer = std::move(*ix);
-    }
-    return a;
-  }
 
   struct cache {
     kv_rows latent;      // [positions, kv_lora]

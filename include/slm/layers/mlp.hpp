@@ -15,7 +15,6 @@
 
 #include "slm/layers/activation.hpp"
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
 
@@ -28,11 +27,6 @@ struct feed_forward {
   bool gated() const noexcept { return gate.out() != 0; }
   std::size_t hidden() const noexcept { return up.out(); }
 
-  // The plain form from two named modules (Megatron: `linear_fc1` [hidden, d] and
-  // `linear_fc2` [d, hidden] under a prefix; GELU for NAM56R's MTP MLP and shared expert).
-  static result<feed_forward> load_plain(const checkpoint& ck, const std::string& up_module,
-                                         const std::string& down_module, std::size_t d, std::size_t hidden,
-                                         activation act);
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.ffn, cx);
   }
@@ -52,20 +46,6 @@ struct feed_forward {
 // ---- Implementation (compiled once by the decoder unit in compiled mode) ----
 
 #if SLM_DEFINE_DECODER
-
-SLM_INLINE result<feed_forward> feed_forward::load_plain(const checkpoint& ck, const std::string& up_module,
-                                                         const std::string& down_module, std::size_t d,
-                                                         std::size_t hidden, activation act) {
-  feed_forward f;
-  f.act = act;
-  auto lu = load_linear(ck, up_module, hidden, d);
-  if (!lu.ok()) return std::move(lu).take_error();
-  f.up = std::move(*lu);
-  auto ld = load_linear(ck, down_module, d, hidden);
-  if (!ld.ok()) return std::move(ld).take_error();
-  f.down = std::move(*ld);
-  return f;
-}
 
 SLM_INLINE status feed_forward::forward(const float* x, std::size_t T, float* out, floats& scratch,
                                         compute_context& cx) const {

@@ -28,7 +28,6 @@
 #include <vector>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/mlp.hpp"
@@ -81,75 +80,6 @@ struct basic_moe_ffn {
 
   std::size_t n_experts() const noexcept { return experts.size(); }
 
-  // Megatron MoE sizes (models/nam56r/model.hpp fills it from config.json).
-  struct megatron_config {
-    std::size_t hidden = 0, n_experts = 0, top_k = 0, expert_ffn = 0, shared_ffn = 0;  // shared_ffn 0: none
-    bool sigmoid = false;  // moe_router_score_function "sigmoid" (needs router.expert_bias)
-    activation act = activation::gelu;
-  };
-  // Megatron MoELayer under prefix (`decoder.layers.{L}.mlp`): router.weight [E, d],
-  // router.expert_bias [E] (sigmoid only), experts.linear_fc1.weight{e} [ffn, d] and
-  // experts.linear_fc2.weight{e} [d, ffn] (plain, ungated experts; Transformer Engine's
-  // grouped names carry the expert number after "weight", and quantized experts their
-  // scales as .weight_scale{e} / .weight_scale_2{e}: load_linear_weight's index), shared_experts.
-  // linear_fc1 / linear_fc2 (one shared expert, no gate). Routing: "softmax" = softmax over
-  // the top-k logits = softmax over all, top-k, renormalized (softmax_topk, normalized);
-  // "sigmoid" = s = sigmoid(l), top-k of s + expert_bias, weights s / (sum + 1e-20)
-  // (sigmoid_grouped with one group, scaling 1).
-  static result<basic_moe_ffn> load_megatron(const checkpoint& ck, const std::string& prefix, const megatron_config& c) {
-    basic_moe_ffn m;
-    const std::size_t E = c.n_experts, d = c.hidden, I = c.expert_ffn;
-    if (E == 0 || c.top_k == 0 || c.top_k > E)
-      return make_error(errc::invalid_argument, "MoE '", prefix, "': top-k ", c.top_k, " of ", E, " experts");
-    m.top_k = c.top_k;
-    m.norm_topk_prob = true;
-    m.router = c.sigmoid ? router_kind::sigmoid_grouped : router_kind::softmax_topk;
-    // Megatron's router has no bias parameter: a stored one is some other layout, and
-    // dropping it silently would change the routing.
-    if (ck.find(prefix + ".router.bias"))
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", prefix,
-                        ".router.bias' exists, but a Megatron MoE router has no bias (expert_bias is the selection "
-                        "bias of sigmoid routing)");
-    auto g = load_linear(ck, prefix + ".router", E, d);
-    if (!g.ok()) return std::move(g).take_error();
-    m.gate = std::move(*g);
-    const std::string bias_name = prefix + ".router.expert_bias";
-    if (c.sigmoid) {
-      auto b = load_vector(ck, bias_name, E);
-      if (!b.ok()) return std::move(b).take_error();
-      m.correction_bias = std::move(*b);
-    } else if (ck.find(bias_name)) {
-      return make_error(errc::format_error, ck.dir().string(), ": tensor '", bias_name,
-                        "' exists but moe_router_score_function is \"softmax\" (expert bias comes with sigmoid "
-                        "routing: confirm the score function)");
-    }
-    // Expert e's matrix: any layout load_linear_weight reads, under TE's grouped names.
-    auto expert = [&](const std::string& module, std::size_t e, std::size_t rows, std::size_t cols) -> result<weight_matrix> {
-      auto w = load_linear_weight(ck, module, std::to_string(e));
-      if (!w.ok()) return std::move(w).take_error();
-      if (w->rows != rows || w->cols != cols)
-        return make_error(errc::format_error, ck.dir().string(), ": tensor '", module, ".weight", e, "' is [", w->rows,
-                          ", ", w->cols, "], expected [", rows, ", ", cols, "]");
-      return *w;
-    };
-    m.experts.resize(E);
-    for (std::size_t e = 0; e < E; ++e) {
-      auto up = expert(prefix + ".experts.linear_fc1", e, I, d);
-      if (!up.ok()) return std::move(up).take_error();
-      auto down = expert(prefix + ".experts.linear_fc2", e, d, I);
-      if (!down.ok()) return std::move(down).take_error();
-      m.experts[e].act = c.act;
-      m.experts[e].up.w = *up;
-      m.experts[e].down.w = *down;
-    }
-    if (c.shared_ffn > 0) {
-      auto f = feed_forward::load_plain(ck, prefix + ".shared_experts.linear_fc1", prefix + ".shared_experts.linear_fc2",
-                                        d, c.shared_ffn, c.act);
-      if (!f.ok()) return std::move(f).take_error();
-      m.shared = std::move(*f);
-    }
-    return m;
-  }
   status forward(const float* x, std::size_t T, float* out, workspace& ws, compute_context& cx) const {
     return forward(x, T, out, ws.expert, ws.ffn, cx);
   }

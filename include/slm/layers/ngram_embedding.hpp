@@ -10,7 +10,7 @@
 // requested table_size (NAM56R: all 16 of them for 500000), else table_size + j.
 // off_j = sum_{i<j} P_i (`table_offsets`).
 //
-// Parameters (Megatron names under `embedding.cppmega_ngram_hash.`, see megatron_prefix):
+// Parameters (Megatron names under `embedding.cppmega_ngram_hash.`, models/nam56r/bind.hpp):
 //   unified_table.weight [sum P_j, E]  (7998862 x 16: kept as a view of the checkpoint,
 //                                       never copied; rows dequantized on use)
 //   out_proj.weight      [d, J E]
@@ -54,8 +54,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
-#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
@@ -134,10 +132,6 @@ constexpr std::int64_t floor_mod(std::int64_t a, std::int64_t m) noexcept {
   const std::int64_t r = a % m;
   return r < 0 ? r + m : r;
 }
-inline std::string join(std::string_view prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-}
-
 
 }  // namespace detail::ngram
 
@@ -153,17 +147,6 @@ class ngram_hash_embedding {
   std::array<std::int64_t, config::max_tables> bias{};                     // hash_bias [J]
   std::array<std::int64_t, config::max_tables> sizes{};                    // P_j
   std::array<std::int64_t, config::max_tables> offsets{};                  // off_j
-
-  static std::string megatron_prefix() { return "embedding.cppmega_ngram_hash"; }
-  // Whether a checkpoint has this module under prefix (it is optional in NAM56R).
-  static bool present(const checkpoint& ck, std::string_view prefix) {
-    return ck.find(detail::ngram::join(prefix, "hash_mults")) != nullptr;
-  }
-
-  // Tensors `<prefix>.unified_table.weight` etc. (no prefix: the bare names), shapes
-  // checked against c; an error names the tensor. The table stays a view: the checkpoint
-  // must outlive the module.
-  static result<ngram_hash_embedding> load(const checkpoint& ck, std::string_view prefix, const ngram_hash_config& c);
 
   // The hashing part alone (no table, no out_proj): cfg, P_j, off_j and the random
   // integers hash_mults [J, M] (row-major) and hash_bias [J]; empty spans leave them 0.
@@ -225,51 +208,6 @@ SLM_INLINE status ngram_hash_config::validate() const {
   return {};
 }
 
-
-SLM_INLINE result<ngram_hash_embedding> ngram_hash_embedding::load(const checkpoint& ck, std::string_view prefix,
-                                                                   const ngram_hash_config& c) {
-  using detail::ngram::join;
-  SLM_TRY(c.validate());
-  ngram_hash_embedding m;
-  const std::size_t J = c.num_tables(), M = c.largest_order(), E = c.embed_dim;
-  SLM_TRY(m.init_hash(c, {}, {}));
-  auto tw = load_linear_weight(ck, join(prefix, "unified_table"));
-  if (!tw.ok()) return std::move(tw).take_error();
-  if (tw->rows != c.total_rows() || tw->cols != E)
-    return make_error(errc::format_error, ck.dir().string(), ": module '", join(prefix, "unified_table"), "' is [",
-                      tw->rows, ", ", tw->cols, "], the config implies [", c.total_rows(), ", ", E, "]");
-  m.table = *tw;
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, c.concat_dim());
-  if (!op.ok()) return std::move(op).take_error();
-  m.out_proj = std::move(*op);
-
-  std::array<std::int64_t, config::max_tables * M_max> buf{};
-  std::array<std::int64_t, config::max_tables> hb{};
-  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_mults"), {J, M}, buf.data()));
-  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_bias"), {J}, hb.data()));
-  SLM_TRY(m.init_hash(c, std::span<const std::int64_t>(buf.data(), J * M), std::span<const std::int64_t>(hb.data(), J)));
-
-  // Derived buffers: checked against the config when present.
-  auto check = [&](const char* name, std::initializer_list<std::size_t> dims, auto expect) -> status {
-    const std::string full = join(prefix, name);
-    if (!ck.find(full)) return {};
-    SLM_TRY(load_shaped_ints(ck, full, dims, buf.data()));
-    std::size_t n = 1;
-    for (std::size_t v : dims) n *= v;
-    for (std::size_t k = 0; k < n; ++k)
-      if (buf[k] != expect(k))
-        return make_error(errc::format_error, ck.dir().string(), ": tensor '", full, "' holds ", buf[k], " at ", k,
-                          ", the config implies ", expect(k));
-    return {};
-  };
-  SLM_TRY(check("table_offsets", {J}, [&](std::size_t j) { return m.offsets[j]; }));
-  SLM_TRY(check("table_sizes_t", {J}, [&](std::size_t j) { return m.sizes[j]; }));
-  SLM_TRY(check("order_for_table", {J}, [&](std::size_t j) { return static_cast<std::int64_t>(c.order_of_table(j)); }));
-  SLM_TRY(check("order_mask", {M, J}, [&](std::size_t k) {
-    return static_cast<std::int64_t>(k / J < c.order_of_table(k % J) ? 1 : 0);
-  }));
-  return m;
-}
 
 SLM_INLINE status ngram_hash_embedding::init_hash(const ngram_hash_config& c, std::span<const std::int64_t> hash_mults,
                                                   std::span<const std::int64_t> hash_bias) {

@@ -22,14 +22,15 @@
 // golden logits are reproduced to 1e-6 only with it. rope_params::inv_freq_dtype holds
 // the choice (from the config; a host may set f32 for the unrounded schedule).
 //
-// Config keys (both styles load): transformers 5.x `rope_parameters` {rope_type,
-// rope_theta, factor, ...}; transformers 4.x top-level `rope_theta` plus `rope_scaling`
-// {type | rope_type, factor, ...} or null. `partial_rotary_factor` may sit at the top
+// Config keys (read by rope_params_from_config, models/hf/config.hpp; both styles load):
+// transformers 5.x `rope_parameters` {rope_type, rope_theta, factor, ...}; transformers
+// 4.x top-level `rope_theta` plus `rope_scaling` {type | rope_type, factor, ...} or null. `partial_rotary_factor` may sit at the top
 // level or inside either dict. Types slm does not implement (dynamic, longrope, ...)
 // are an error naming the key, never a silently different model.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -39,7 +40,6 @@
 #include <vector>
 
 #include "slm/core/dtype.hpp"
-#include "slm/io/json.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/core/status.hpp"
 
@@ -83,81 +83,7 @@ struct rope_params {
   static double yarn_mscale(double scale, double m) noexcept {
     return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
   }
-
-  // From a config.json object (either style). max_position_embeddings fills
-  // original_max_position_embeddings where a scaled type needs it and none is given,
-  // as transformers does.
-  static result<rope_params> from_config(const json::value& cfg);
 };
-
-#if SLM_DEFINE_IO
-SLM_INLINE result<rope_params> rope_params::from_config(const json::value& cfg) {
-  rope_params p;
-  const json::value* dict = cfg.find("rope_parameters");
-  std::string where = "rope_parameters";
-  if (!dict || dict->is_null()) {
-    dict = cfg.find("rope_scaling");
-    where = "rope_scaling";
-  }
-  if (dict && !dict->is_null() && !dict->is_object())
-    return make_error(errc::unsupported, "config.json: \"", where, "\" is not an object (per-layer-type RoPE is not supported)");
-  auto number = [&](std::string_view key, double& out) -> status {
-    const json::value* v = dict ? dict->find(key) : nullptr;
-    if (!v || v->is_null()) return {};
-    if (!v->is_number()) return make_error(errc::format_error, "config.json: \"", where, ".", key, "\" is not a number");
-    out = v->as_double();
-    return {};
-  };
-  p.theta = cfg.get_double("rope_theta", p.theta);
-  p.partial_rotary_factor = cfg.get_double("partial_rotary_factor", 1.0);
-  std::string_view type = "default";
-  if (dict && dict->is_object()) {
-    // Per-layer-type dicts ({"full_attention": {...}, ...}) hold objects, not a type.
-    for (const json::member& m : dict->members())
-      if (m.val.is_object())
-        return make_error(errc::unsupported, "config.json: \"", where, ".", m.key,
-                          "\": per-layer-type RoPE parameters are not supported");
-    type = dict->get_string("rope_type", dict->get_string("type", "default"));
-    SLM_TRY(number("rope_theta", p.theta));
-    SLM_TRY(number("partial_rotary_factor", p.partial_rotary_factor));
-    SLM_TRY(number("factor", p.factor));
-    SLM_TRY(number("low_freq_factor", p.low_freq_factor));
-    SLM_TRY(number("high_freq_factor", p.high_freq_factor));
-    SLM_TRY(number("original_max_position_embeddings", p.original_max_position_embeddings));
-    SLM_TRY(number("beta_fast", p.beta_fast));
-    SLM_TRY(number("beta_slow", p.beta_slow));
-    SLM_TRY(number("mscale", p.mscale));
-    SLM_TRY(number("mscale_all_dim", p.mscale_all_dim));
-    SLM_TRY(number("attention_factor", p.attention_factor));
-    if (const json::value* t = dict->find("truncate"); t && t->is_bool()) p.truncate = t->as_bool();
-  }
-  if (type == "default") p.type = rope_type::standard;
-  else if (type == "linear") p.type = rope_type::linear;
-  else if (type == "llama3") p.type = rope_type::llama3;
-  else if (type == "yarn") p.type = rope_type::yarn;
-  else
-    return make_error(errc::unsupported, "config.json: \"", where, ".rope_type\" = \"", type,
-                      "\" is not supported (default, linear, llama3 and yarn are)");
-  if (!(p.theta > 0) || !std::isfinite(p.theta))
-    return make_error(errc::format_error, "config.json: rope_theta ", p.theta, " is not a positive number");
-  if (!(p.partial_rotary_factor > 0) || p.partial_rotary_factor > 1)
-    return make_error(errc::format_error, "config.json: partial_rotary_factor ", p.partial_rotary_factor, " is not in (0, 1]");
-  if (p.type != rope_type::standard && !(p.factor > 0))
-    return make_error(errc::format_error, "config.json: \"", where, ".factor\" ", p.factor, " is not a positive number");
-  if (p.original_max_position_embeddings == 0)
-    p.original_max_position_embeddings = cfg.get_double("max_position_embeddings", 0);
-  if ((p.type == rope_type::llama3 || p.type == rope_type::yarn) && !(p.original_max_position_embeddings > 0))
-    return make_error(errc::format_error, "config.json: \"", where, ".original_max_position_embeddings\" is missing");
-  for (const char* key : {"dtype", "torch_dtype"}) {
-    const std::string_view d = cfg.get_string(key);
-    if (d == "bfloat16") p.inv_freq_dtype = dtype::bf16;
-    else if (d == "float16") p.inv_freq_dtype = dtype::f16;
-  }
-  if (p.type == rope_type::llama3 && !(p.high_freq_factor > p.low_freq_factor))
-    return make_error(errc::format_error, "config.json: \"", where, "\": high_freq_factor must exceed low_freq_factor");
-  return p;
-}
-#endif  // SLM_DEFINE_IO
 
 // The rotation of one model: inv_freq for rotary_dim / 2 pairs, and the cos/sin scale.
 struct rope_table {

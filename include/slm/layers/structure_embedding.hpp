@@ -41,8 +41,6 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
-#include "slm/io/checkpoint.hpp"
-#include "slm/io/shaped_tensor.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/status.hpp"
@@ -108,14 +106,7 @@ class structure_embedding {
   linear up_proj;  // [d, B]
   bool zero = false;  // stacked_emb or up_proj all zero: the term is identically 0
 
-  static std::string megatron_prefix() { return "embedding.cppmega_structure"; }
-  static bool present(const checkpoint& ck, std::string_view prefix) {
-    return ck.find(join(prefix, "component_scales")) != nullptr;
-  }
   bool is_zero() const noexcept { return zero; }
-
-  static result<structure_embedding> load(const checkpoint& ck, std::string_view prefix,
-                                          const structure_embedding_config& c);
 
   // y [T, d] = Struct of T tokens' side inputs. Returns false, with y untouched, when every
   // active component is missing (cppmega's scalar 0: nothing to add). Scratch: ws.proj.
@@ -128,11 +119,6 @@ class structure_embedding {
   template <class Fn>
   void for_each_linear(Fn&& fn) const {
     fn("up_proj", up_proj, true);
-  }
-
- private:
-  static std::string join(std::string_view prefix, std::string_view name) {
-    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
   }
 };
 
@@ -149,30 +135,6 @@ SLM_INLINE status structure_embedding_config::validate() const {
     if (is_active(c) && vocab_of(c) == 0)
       return make_error(errc::invalid_argument, "structure_embedding: active component ", c, " has vocabulary 0");
   return {};
-}
-
-SLM_INLINE result<structure_embedding> structure_embedding::load(const checkpoint& ck, std::string_view prefix,
-                                                                 const structure_embedding_config& c) {
-  SLM_TRY(c.validate());
-  structure_embedding m;
-  m.cfg = c;
-  SLM_TRY(load_shaped(ck, join(prefix, "stacked_emb.weight"), {c.total_vocab(), c.bottleneck}, m.table));
-  SLM_TRY(load_shaped(ck, join(prefix, "component_scales"), {c.num_active()}, m.scales));
-  auto up = load_linear(ck, join(prefix, "up_proj"), c.d_model, c.bottleneck);
-  if (!up.ok()) return std::move(up).take_error();
-  m.up_proj = std::move(*up);
-  bool table_zero = std::all_of(m.table.data(), m.table.data() + m.table.size(), [](float v) { return v == 0.0f; });
-  bool up_zero = true;
-  {
-    floats row;
-    SLM_TRY(row.resize(c.bottleneck));
-    for (std::size_t r = 0; r < c.d_model && up_zero; ++r) {
-      dequantize_row(m.up_proj.w, r, row.span());
-      up_zero = std::all_of(row.data(), row.data() + c.bottleneck, [](float v) { return v == 0.0f; });
-    }
-  }
-  m.zero = table_zero || up_zero;
-  return m;
 }
 
 SLM_INLINE result<bool> structure_embedding::forward(const structure_inputs& in, std::size_t T, float* y, workspace& ws,

@@ -25,6 +25,9 @@
 #include "slm/layers/mla.hpp"
 #include "slm/layers/mlp.hpp"
 #include "slm/layers/moe.hpp"
+#include "slm/layers/norm.hpp"
+#include "slm/io/shaped_tensor.hpp"
+#include "slm/models/bind.hpp"
 #include "slm/models/hf/config.hpp"
 
 namespace slm::hf {
@@ -57,6 +60,36 @@ result<feed_forward> load_mlp(const checkpoint& ck, const std::string& prefix, s
                               activation act, bool gated, bool mixtral_names = false);
 // DeepSeek-V3.2's lightning indexer: `prefix`.{wq_b, wk, k_norm, weights_proj}.
 result<lightning_indexer> load_indexer(const checkpoint& ck, const std::string& prefix, const model_config& c);
+// The block norm `module` as the config says: RMSNorm (.weight, of the decoder's norm
+// kind) or LayerNorm (.weight and .bias; StarCoder2).
+status load_block_norm(const checkpoint& ck, const model_config& c, const std::string& module, norm_weight_kind kind,
+                       block_norm& out);
+
+// Where the config fixes projection biases (StarCoder2's use_bias), the stored biases of
+// layer `part` (its attention or its FFN, under `prefix`) must match it: a missing one
+// would silently change the logits.
+template <class Part>
+status check_biases(const checkpoint& ck, const model_config& c, const std::string& prefix, const Part& part) {
+  if (!c.projection_bias) return {};
+  const bool want = *c.projection_bias;
+  status s;
+  part.for_each_linear([&](std::string_view name, const linear& l, bool) {
+    if (!s.ok() || l.bias.empty() != want) return;
+    // feed_forward names its projections up_proj/down_proj; the plain MLP's stored names
+    // come from the config (StarCoder2: c_fc, c_proj).
+    const std::string_view stored = name == "up_proj"     ? std::string_view(c.mlp_up_name)
+                                    : name == "down_proj" ? std::string_view(c.mlp_down_name)
+                                                          : name;
+    s = make_error(errc::format_error, ck.dir().string(), ": '", prefix, ".", stored, want ? "' has no bias" : "' has a bias",
+                   ", but config.json says \"use_bias\": ", want ? "true" : "false");
+  });
+  return s;
+}
+
+// A Mamba-2 mixer under `prefix` (no prefix: the bare names), with the names of
+// transformers' Mamba2Mixer and state-spaces/mamba's Mamba2 (in_proj, conv1d, dt_bias, A_log,
+// D, norm, out_proj), shapes checked against c; an error names the tensor.
+result<mamba2_mixer> load_mamba2(const checkpoint& ck, std::string_view prefix, const mamba2_config& c);
 
 // Llama / Qwen / Mistral attention: model.layers.N.self_attn.{q,k,v,o}_proj (+ q_norm,
 // k_norm for Qwen3; biases where the checkpoint has them).
@@ -172,8 +205,8 @@ struct binding<feed_forward> {
   static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::dense; }
   static result<feed_forward> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
     if (!c.mlp_gated)  // the plain form's names come from the config (up_proj/down_proj; StarCoder2: c_fc/c_proj)
-      return feed_forward::load_plain(ck, cat(c.ffn_prefix(layer), ".", c.mlp_up_name),
-                                      cat(c.ffn_prefix(layer), ".", c.mlp_down_name), c.hidden, c.intermediate, c.act);
+      return load_feed_forward(ck, cat(c.ffn_prefix(layer), ".", c.mlp_up_name),
+                               cat(c.ffn_prefix(layer), ".", c.mlp_down_name), c.hidden, c.intermediate, c.act);
     return load_mlp(ck, c.ffn_prefix(layer), c.hidden, c.intermediate, c.act, c.mlp_gated);
   }
 };
@@ -335,7 +368,7 @@ struct binding<mamba2_mixer> {
   m.eps = c.ssm_eps;
   m.dt_min = c.ssm_dt_min;
   if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
-  return mamba2_mixer::load(ck, c.attention_prefix(layer), m);
+  return load_mamba2(ck, c.attention_prefix(layer), m);
   }
 };
 
@@ -370,11 +403,84 @@ SLM_INLINE result<lightning_indexer> load_indexer(const checkpoint& ck, const st
   ix.head_dim = c.index_head_dim;
   ix.top_k = c.index_topk;
   ix.rope = rope_table::make(c.rope, c.qk_rope_dim);
-  SLM_TRY(lightning_indexer::load_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
+  SLM_TRY(load_indexer_weights(ck, prefix, {".wq_b", ".wk", ".weights_proj"}, c.q_lora_rank, c.hidden, ix));
   ix.k_norm.eps = 1e-6f;  // fixed in the reference (nn.LayerNorm(head_dim, eps=1e-6))
   ix.weight_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_heads)));
   ix.dot_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.index_head_dim)));
   return ix;
+}
+
+SLM_INLINE status load_block_norm(const checkpoint& ck, const model_config& c, const std::string& module,
+                                  norm_weight_kind kind, block_norm& out) {
+  auto w = load_vector(ck, module + ".weight", c.hidden);
+  if (!w.ok()) return std::move(w).take_error();
+  out.layer = c.layer_norm;
+  if (!c.layer_norm) {
+    out.rms.weight = std::move(*w);
+    out.rms.eps = c.norm_eps;
+    out.rms.kind = kind;
+    return {};
+  }
+  auto b = load_vector(ck, module + ".bias", c.hidden);
+  if (!b.ok()) return std::move(b).take_error();
+  out.ln.weight = std::move(*w);
+  out.ln.bias = std::move(*b);
+  out.ln.eps = c.norm_eps;
+  return {};
+}
+
+SLM_INLINE result<mamba2_mixer> load_mamba2(const checkpoint& ck, std::string_view prefix, const mamba2_config& c) {
+  const auto join = [](std::string_view pre, std::string_view name) {
+    return pre.empty() ? std::string(name) : cat(pre, ".", name);
+  };
+  SLM_TRY(c.validate());
+  mamba2_mixer m;
+  m.cfg = c;
+  const std::size_t H = c.heads(), Di = c.inner(), cd = c.conv_dim(), K = c.d_conv;
+  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, in_proj_dim]
+  if (!ip.ok()) return std::move(ip).take_error();
+  m.in_proj = std::move(*ip);
+  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);  // [T, Di] -> [T, d]
+  if (!op.ok()) return std::move(op).take_error();
+  m.out_proj = std::move(*op);
+
+  const std::string wname = join(prefix, "conv1d.weight");
+  auto w = ck.float_tensor(wname);
+  if (!w.ok()) return std::move(w).take_error();
+  if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
+      static_cast<std::size_t>(w->dim(2)) != K)
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", wname, "' has shape ",
+                      w->shape().to_string(), ", expected [", cd, ", 1, ", K, "]");
+  SLM_TRY(m.conv_w.resize(cd * K));
+  if (auto s = w->to_f32(m.conv_w.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", wname, "'"));
+  if (ck.find(join(prefix, "conv1d.bias"))) {
+    auto b = load_vector(ck, join(prefix, "conv1d.bias"), cd);
+    if (!b.ok()) return std::move(b).take_error();
+    m.conv_b = std::move(*b);
+  } else {
+    SLM_TRY(m.conv_b.assign_zero(cd));
+  }
+  auto dtb = load_vector(ck, join(prefix, "dt_bias"), H);
+  if (!dtb.ok()) return std::move(dtb).take_error();
+  m.dt_bias = std::move(*dtb);
+  auto alog = load_vector(ck, join(prefix, "A_log"), H);
+  if (!alog.ok()) return std::move(alog).take_error();
+  m.A = std::move(*alog);
+  for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
+
+  const std::string dname = join(prefix, "D");
+  auto dt = ck.tensor(dname);
+  if (!dt.ok()) return std::move(dt).take_error();
+  m.d_per_channel = dt->rank() == 1 && static_cast<std::size_t>(dt->dim(0)) == Di && Di != H;
+  auto dv = load_vector(ck, dname, m.d_per_channel ? Di : H);
+  if (!dv.ok()) return std::move(dv).take_error();
+  m.D = std::move(*dv);
+  if (c.rmsnorm) {
+    auto nw = load_vector(ck, join(prefix, "norm.weight"), Di);
+    if (!nw.ok()) return std::move(nw).take_error();
+    m.norm_w = std::move(*nw);
+  }
+  return m;
 }
 
 #endif  // SLM_DEFINE_DECODER

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "slm/io/config_reader.hpp"
 #include "slm/io/json.hpp"
 #include "slm/layers/activation.hpp"
 #include "slm/layers/moe_routing.hpp"
@@ -124,55 +125,79 @@ struct model_config {
   static status from_json_starcoder2(const json::value& cfg, model_config& c);
 };
 
+// RoPE's parameters from a config.json object, in either style (rope_parameters or the
+// older rope_scaling). max_position_embeddings fills original_max_position_embeddings where
+// a scaled type needs it and none is given, as transformers does.
+result<rope_params> rope_params_from_config(const json::value& cfg);
+
 #if SLM_DEFINE_IO
 
-// The config.json reader of the parsers below (needed only where they are defined).
-namespace detail::cfg {
-
-struct reader {
-  const json::value& cfg;
-
-  status size(std::string_view key, std::size_t& out, bool required, std::size_t max = std::size_t{1} << 40) const {
-    const json::value* v = cfg.find(key);
-    if (!v || v->is_null()) {
-      if (required) return make_error(errc::format_error, "config.json: \"", key, "\" is missing");
-      return {};
-    }
-    auto n = v->as_uint64();
-    if (!n || *n > max)
-      return make_error(errc::format_error, "config.json: \"", key, "\" is not an integer in [0, ", max, "]");
-    out = static_cast<std::size_t>(*n);
-    return {};
+SLM_INLINE result<rope_params> rope_params_from_config(const json::value& cfg) {
+  rope_params p;
+  const json::value* dict = cfg.find("rope_parameters");
+  std::string where = "rope_parameters";
+  if (!dict || dict->is_null()) {
+    dict = cfg.find("rope_scaling");
+    where = "rope_scaling";
   }
-  status number(std::string_view key, float& out) const {
-    const json::value* v = cfg.find(key);
+  if (dict && !dict->is_null() && !dict->is_object())
+    return make_error(errc::unsupported, "config.json: \"", where, "\" is not an object (per-layer-type RoPE is not supported)");
+  auto number = [&](std::string_view key, double& out) -> status {
+    const json::value* v = dict ? dict->find(key) : nullptr;
     if (!v || v->is_null()) return {};
-    if (!v->is_number()) return make_error(errc::format_error, "config.json: \"", key, "\" is not a number");
-    out = static_cast<float>(v->as_double());
+    if (!v->is_number()) return make_error(errc::format_error, "config.json: \"", where, ".", key, "\" is not a number");
+    out = v->as_double();
     return {};
+  };
+  p.theta = cfg.get_double("rope_theta", p.theta);
+  p.partial_rotary_factor = cfg.get_double("partial_rotary_factor", 1.0);
+  std::string_view type = "default";
+  if (dict && dict->is_object()) {
+    // Per-layer-type dicts ({"full_attention": {...}, ...}) hold objects, not a type.
+    for (const json::member& m : dict->members())
+      if (m.val.is_object())
+        return make_error(errc::unsupported, "config.json: \"", where, ".", m.key,
+                          "\": per-layer-type RoPE parameters are not supported");
+    type = dict->get_string("rope_type", dict->get_string("type", "default"));
+    SLM_TRY(number("rope_theta", p.theta));
+    SLM_TRY(number("partial_rotary_factor", p.partial_rotary_factor));
+    SLM_TRY(number("factor", p.factor));
+    SLM_TRY(number("low_freq_factor", p.low_freq_factor));
+    SLM_TRY(number("high_freq_factor", p.high_freq_factor));
+    SLM_TRY(number("original_max_position_embeddings", p.original_max_position_embeddings));
+    SLM_TRY(number("beta_fast", p.beta_fast));
+    SLM_TRY(number("beta_slow", p.beta_slow));
+    SLM_TRY(number("mscale", p.mscale));
+    SLM_TRY(number("mscale_all_dim", p.mscale_all_dim));
+    SLM_TRY(number("attention_factor", p.attention_factor));
+    if (const json::value* t = dict->find("truncate"); t && t->is_bool()) p.truncate = t->as_bool();
   }
-  status boolean(std::string_view key, bool& out) const {
-    const json::value* v = cfg.find(key);
-    if (!v || v->is_null()) return {};
-    if (!v->is_bool()) return make_error(errc::format_error, "config.json: \"", key, "\" is not true or false");
-    out = v->as_bool();
-    return {};
+  if (type == "default") p.type = rope_type::standard;
+  else if (type == "linear") p.type = rope_type::linear;
+  else if (type == "llama3") p.type = rope_type::llama3;
+  else if (type == "yarn") p.type = rope_type::yarn;
+  else
+    return make_error(errc::unsupported, "config.json: \"", where, ".rope_type\" = \"", type,
+                      "\" is not supported (default, linear, llama3 and yarn are)");
+  if (!(p.theta > 0) || !std::isfinite(p.theta))
+    return make_error(errc::format_error, "config.json: rope_theta ", p.theta, " is not a positive number");
+  if (!(p.partial_rotary_factor > 0) || p.partial_rotary_factor > 1)
+    return make_error(errc::format_error, "config.json: partial_rotary_factor ", p.partial_rotary_factor, " is not in (0, 1]");
+  if (p.type != rope_type::standard && !(p.factor > 0))
+    return make_error(errc::format_error, "config.json: \"", where, ".factor\" ", p.factor, " is not a positive number");
+  if (p.original_max_position_embeddings == 0)
+    p.original_max_position_embeddings = cfg.get_double("max_position_embeddings", 0);
+  if ((p.type == rope_type::llama3 || p.type == rope_type::yarn) && !(p.original_max_position_embeddings > 0))
+    return make_error(errc::format_error, "config.json: \"", where, ".original_max_position_embeddings\" is missing");
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    const std::string_view d = cfg.get_string(key);
+    if (d == "bfloat16") p.inv_freq_dtype = dtype::bf16;
+    else if (d == "float16") p.inv_freq_dtype = dtype::f16;
   }
-  // A list of strings, one per layer.
-  status layer_strings(std::string_view key, std::size_t n, std::vector<std::string_view>& out) const {
-    const json::value* v = cfg.find(key);
-    if (!v || v->is_null()) return {};
-    if (!v->is_array() || v->size() != n)
-      return make_error(errc::format_error, "config.json: \"", key, "\" is not a list of ", n, " strings (one per layer)");
-    for (const json::value& s : v->items()) {
-      if (!s.is_string()) return make_error(errc::format_error, "config.json: \"", key, "\" holds a non-string");
-      out.push_back(s.as_string());
-    }
-    return {};
-  }
-};
-
-}  // namespace detail::cfg
+  if (p.type == rope_type::llama3 && !(p.high_freq_factor > p.low_freq_factor))
+    return make_error(errc::format_error, "config.json: \"", where, "\": high_freq_factor must exceed low_freq_factor");
+  return p;
+}
 
 SLM_INLINE std::string model_config::describe_layer(std::size_t i) const {
   const layer_spec& l = layers[i];
@@ -193,7 +218,7 @@ SLM_INLINE std::string model_config::describe_layer(std::size_t i) const {
 // mamba2 (pure Mamba-2 stack) and nemotron_h (a pattern of Mamba-2, attention without
 // RoPE, relu^2 MLP and MoE blocks): backbone.layers.N.{norm, mixer}.
 SLM_INLINE result<model_config> model_config::from_json_mamba_style(const json::value& cfg) {
-  const detail::cfg::reader r{cfg};
+  const config_reader r{cfg};
   model_config c;
   c.model_type = std::string(cfg.get_string("model_type"));
   const bool nemotron = c.model_type == "nemotron_h";
@@ -337,7 +362,7 @@ SLM_INLINE result<model_config> model_config::from_json_mamba_style(const json::
 // attention, then a softmax top-k MoE (block_sparse_moe, stacked input_linear /
 // output_linear experts) plus a gated shared MLP (shared_mlp), and muP multipliers.
 SLM_INLINE status model_config::from_json_granite(const json::value& cfg, model_config& c) {
-  const detail::cfg::reader r{cfg};
+  const config_reader r{cfg};
   c.mamba_name = "mamba";
   c.ffn_name = "block_sparse_moe";
   SLM_TRY(r.number("embedding_multiplier", c.embedding_multiplier));
@@ -364,8 +389,8 @@ SLM_INLINE status model_config::from_json_granite(const json::value& cfg, model_
     c.ssm_dt_max = lim[1].is_number() ? static_cast<float>(lim[1].as_double()) : 0.0f;
   }
   std::vector<std::string_view> types;
-  SLM_TRY(r.layer_strings("layer_types", c.n_layers, types));
-  if (types.empty()) SLM_TRY(r.layer_strings("layers_block_type", c.n_layers, types));
+  SLM_TRY(r.strings("layer_types", c.n_layers, types));
+  if (types.empty()) SLM_TRY(r.strings("layers_block_type", c.n_layers, types));
   if (types.empty()) return make_error(errc::format_error, "config.json: granitemoehybrid needs \"layer_types\"");
   SLM_TRY(r.size("num_local_experts", c.n_experts, true, 1 << 16));
   SLM_TRY(r.size("num_experts_per_tok", c.experts_per_token, true, 1 << 16));
@@ -396,7 +421,7 @@ SLM_INLINE status model_config::from_json_granite(const json::value& cfg, model_
 // (partial_rotary_factor is not read by its default RoPE), so a factor is refused rather
 // than guessed.
 SLM_INLINE status model_config::from_json_starcoder2(const json::value& cfg, model_config& c) {
-  const detail::cfg::reader r{cfg};
+  const config_reader r{cfg};
   c.layer_norm = true;
   bool bias = true;  // Starcoder2Config's default
   SLM_TRY(r.boolean("use_bias", bias));
@@ -412,7 +437,7 @@ SLM_INLINE status model_config::from_json_starcoder2(const json::value& cfg, mod
 
 SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) {
   if (!cfg.is_object()) return make_error(errc::format_error, "config.json is not an object");
-  const detail::cfg::reader r{cfg};
+  const config_reader r{cfg};
   model_config c;
   c.model_type = std::string(cfg.get_string("model_type"));
   const std::string_view mt = c.model_type;
@@ -468,7 +493,7 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
   if (const json::value* a = cfg.find("attn_logit_softcapping"); a && !a->is_null())
     return make_error(errc::unsupported, "config.json: \"attn_logit_softcapping\" is not supported by model_type ", mt);
 
-  auto rope = rope_params::from_config(cfg);
+  auto rope = rope_params_from_config(cfg);
   if (!rope.ok()) return std::move(rope).take_error();
   c.rope = *rope;
 
@@ -484,7 +509,7 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
   std::size_t window = 0;
   SLM_TRY(r.size("sliding_window", window, false));
   std::vector<std::string_view> layer_types;
-  SLM_TRY(r.layer_strings("layer_types", c.n_layers, layer_types));
+  SLM_TRY(r.strings("layer_types", c.n_layers, layer_types));
 
   if (deepseek) {
     SLM_TRY(r.size("q_lora_rank", c.q_lora_rank, false, 1 << 20));
@@ -596,7 +621,7 @@ SLM_INLINE result<model_config> model_config::from_json(const json::value& cfg) 
     std::size_t first_dense = 0;
     SLM_TRY(r.size("first_k_dense_replace", first_dense, false));
     std::vector<std::string_view> mlp_types;
-    SLM_TRY(r.layer_strings("mlp_layer_types", c.n_layers, mlp_types));
+    SLM_TRY(r.strings("mlp_layer_types", c.n_layers, mlp_types));
     for (std::size_t i = 0; i < c.n_layers; ++i) {
       if (!mlp_types.empty()) {
         if (mlp_types[i] != "dense" && mlp_types[i] != "sparse")

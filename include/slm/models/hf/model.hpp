@@ -290,11 +290,6 @@ class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
   // keep precise) must be in the composition's format.
   static status check_format(const checkpoint& ck, std::size_t i, const layer& L);
 
-  // The norm `module` (RMSNorm: .weight; LayerNorm: .weight and .bias) as the config says.
-  static status load_norm(const checkpoint& ck, const model_config& c, const std::string& module, block_norm& out);
-  // Where the config fixes projection biases (StarCoder2's use_bias), layer i's stored
-  // biases must match it: a missing one would silently change the logits.
-  static status check_biases(const checkpoint& ck, const model_config& c, std::size_t i, const layer& L);
 
   const model_config& config() const noexcept { return cfg_; }
   const checkpoint& weights() const noexcept { return *ck_; }
@@ -470,23 +465,27 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
   if (c.layer_norm && Norm::kind != norm_weight_kind::plain)
     return make_error(errc::unsupported, ck.dir().string(), ": this ", c.model_type,
                       " checkpoint uses LayerNorm, the composition this program was built with names an RMSNorm policy");
-  SLM_TRY(load_norm(ck, c, c.final_norm_name, m.final_norm_));
+  SLM_TRY(hf::load_block_norm(ck, c, c.final_norm_name, Norm::kind, m.final_norm_));
   m.layers_.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
     layer& L = m.layers_[i];
     const std::string p = c.layer_prefix(i);
     L.has_mixer = c.layers[i].attention != attention_kind::none;
     L.has_ffn = c.layers[i].ffn != ffn_kind::none;
-    if (L.has_mixer) SLM_TRY(load_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".input_layernorm"), L.input_norm));
+    if (L.has_mixer)
+      SLM_TRY(hf::load_block_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".input_layernorm"), Norm::kind,
+                                  L.input_norm));
     if (L.has_ffn)
-      SLM_TRY(load_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".post_attention_layernorm"), L.post_attention_norm));
+      SLM_TRY(hf::load_block_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".post_attention_layernorm"), Norm::kind,
+                                  L.post_attention_norm));
     auto a = hf::binding<Attention>::load(ck, c, i);
     if (!a.ok()) return std::move(a).take_error();
     L.attention = std::move(*a);
     auto f = hf::binding<Ffn>::load(ck, c, i);
     if (!f.ok()) return std::move(f).take_error();
     L.ffn = std::move(*f);
-    SLM_TRY(check_biases(ck, c, i, L));
+    if (L.has_mixer) SLM_TRY(hf::check_biases(ck, c, c.attention_prefix(i), L.attention));
+    if (L.has_ffn) SLM_TRY(hf::check_biases(ck, c, c.ffn_prefix(i), L.ffn));
     if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
   }
   // Every stored tensor is bound above or is one of these, which published layouts ship
@@ -515,49 +514,6 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
     return k < name.size() && name[k] == '.' && layer >= c.n_layers && layer - c.n_layers < nextn;
   }));
   return m;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::load_norm(const checkpoint& ck, const model_config& c,
-                                                        const std::string& module, block_norm& out) {
-  auto w = load_vector(ck, module + ".weight", c.hidden);
-  if (!w.ok()) return std::move(w).take_error();
-  out.layer = c.layer_norm;
-  if (!c.layer_norm) {
-    out.rms.weight = std::move(*w);
-    out.rms.eps = c.norm_eps;
-    out.rms.kind = Norm::kind;
-    return {};
-  }
-  auto b = load_vector(ck, module + ".bias", c.hidden);
-  if (!b.ok()) return std::move(b).take_error();
-  out.ln.weight = std::move(*w);
-  out.ln.bias = std::move(*b);
-  out.ln.eps = c.norm_eps;
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::check_biases(const checkpoint& ck, const model_config& c, std::size_t i,
-                                                           const layer& L) {
-  if (!c.projection_bias) return {};
-  const bool want = *c.projection_bias;
-  status s;
-  auto check = [&](const std::string& prefix) {
-    return [&, prefix](std::string_view name, const linear& l, bool) {
-      if (!s.ok() || l.bias.empty() != want) return;
-      // feed_forward names its projections up_proj/down_proj; the plain MLP's stored names
-      // come from the config (StarCoder2: c_fc, c_proj).
-      const std::string_view stored = name == "up_proj"     ? std::string_view(c.mlp_up_name)
-                                      : name == "down_proj" ? std::string_view(c.mlp_down_name)
-                                                            : name;
-      s = make_error(errc::format_error, ck.dir().string(), ": '", prefix, ".", stored, want ? "' has no bias" : "' has a bias",
-                     ", but config.json says \"use_bias\": ", want ? "true" : "false");
-    };
-  };
-  if (L.has_mixer) L.attention.for_each_linear(check(c.attention_prefix(i)));
-  if (L.has_ffn) L.ffn.for_each_linear(check(c.ffn_prefix(i)));
-  return s;
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>

@@ -73,6 +73,7 @@
 #include "slm/io/checkpoint.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/dsa.hpp"
+#include "slm/io/config_reader.hpp"
 #include "slm/io/json.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/m2rnn.hpp"
@@ -81,6 +82,7 @@
 #include "slm/layers/mlp.hpp"
 #include "slm/layers/session_options.hpp"
 #include "slm/layers/moe.hpp"
+#include "slm/models/nam56r/bind.hpp"
 #include "slm/models/nam56r/pattern.hpp"
 #include "slm/layers/ngram_embedding.hpp"
 #include "slm/layers/norm.hpp"
@@ -129,7 +131,7 @@ struct nam56r_config {
 
   mamba3_config mamba(std::size_t) const;
   m2rnn_config m2rnn() const;
-  basic_mla_attention<rope_interleaved>::megatron_config mla(bool dsa) const;
+  nam56r::mla_config mla(bool dsa) const;
 };
 
 class nam56r_model : public movable_model<nam56r_model> {
@@ -327,126 +329,64 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
   if (!j.is_object()) return make_error(errc::format_error, "NAM56R config.json: not a JSON object");
   if (const json::value* t = j.find("model_type"); t && !(t->is_string() && t->as_string() == "nam56r"))
     return make_error(errc::invalid_argument, "NAM56R config.json: model_type is not \"nam56r\"");
-  auto size = [&](std::string_view key, std::size_t& out) -> status {
-    const json::value* v = j.find(key);
-    if (!v) return make_error(errc::format_error, "NAM56R config.json: missing key \"", key, "\"");
-    auto u = v->as_uint64();
-    if (!u || *u > (std::uint64_t{1} << 40))
-      return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is not a non-negative integer");
-    out = static_cast<std::size_t>(*u);
-    return {};
-  };
-  auto positive = [&](std::string_view key, std::size_t& out) -> status {
-    SLM_TRY(size(key, out));
-    if (out == 0) return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is 0");
-    return {};
-  };
-  auto number = [&](std::string_view key, double& out, bool required) -> status {
-    const json::value* v = j.find(key);
-    if (!v) {
-      if (required) return make_error(errc::format_error, "NAM56R config.json: missing key \"", key, "\"");
-      return {};
-    }
-    if (!v->is_number() || !std::isfinite(v->as_double()))
-      return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is not a number");
-    out = v->as_double();
-    return {};
-  };
-  auto choice = [&](std::string_view key, std::string& out, std::initializer_list<std::string_view> allowed) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) return {};  // keeps the default
-    if (!v->is_string()) return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is not a string");
-    for (std::string_view a : allowed)
-      if (v->as_string() == a) {
-        out = std::string(a);
-        return {};
-      }
-    std::string list;
-    for (std::string_view a : allowed) list += cat(list.empty() ? "" : ", ", "\"", a, "\"");
-    return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is \"", v->as_string(),
-                      "\", expected one of ", list);
-  };
-  auto list = [&](std::string_view key, std::vector<std::size_t>& out, bool required) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) {
-      if (required) return make_error(errc::format_error, "NAM56R config.json: missing key \"", key, "\"");
-      return {};
-    }
-    if (!v->is_array()) return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" is not a list");
-    out.clear();
-    for (const json::value& e : v->items()) {
-      auto u = e.as_uint64();
-      if (!u || *u > nam56r_max_depth * 4)
-        return make_error(errc::invalid_argument, "NAM56R config.json: \"", key, "\" holds a value that is not a "
-                          "small non-negative integer");
-      out.push_back(static_cast<std::size_t>(*u));
-    }
-    return {};
-  };
-  SLM_TRY(positive("vocab_size", c.vocab_size));
-  SLM_TRY(positive("padded_vocab_size", c.padded_vocab_size));
+  const config_reader r{j, "NAM56R config.json"};
+  constexpr std::uint64_t max_list = nam56r_max_depth * 4;  // layer numbers and ranks
+  SLM_TRY(r.positive("vocab_size", c.vocab_size));
+  SLM_TRY(r.positive("padded_vocab_size", c.padded_vocab_size));
   if (c.padded_vocab_size < c.vocab_size)
     return make_error(errc::invalid_argument, "NAM56R config.json: padded_vocab_size ", c.padded_vocab_size,
                       " is smaller than vocab_size ", c.vocab_size);
-  SLM_TRY(positive("hidden_size", c.hidden_size));
-  SLM_TRY(positive("num_layers", c.num_layers));
-  {
-    const json::value* v = j.find("hybrid_pattern");
-    if (!v) return make_error(errc::format_error, "NAM56R config.json: missing key \"hybrid_pattern\"");
-    if (!v->is_string()) return make_error(errc::invalid_argument, "NAM56R config.json: \"hybrid_pattern\" is not a string");
-    c.hybrid_pattern = std::string(v->as_string());
+  SLM_TRY(r.positive("hidden_size", c.hidden_size));
+  SLM_TRY(r.positive("num_layers", c.num_layers));
+  SLM_TRY(r.string("hybrid_pattern", c.hybrid_pattern, true));
+  SLM_TRY(r.sizes("dsa_a_layer_ranks", c.dsa_a_layer_ranks, true, max_list));
+  if (const json::value* v = j.find("r_layer_numbers"); v && !v->is_null()) {
+    std::vector<std::size_t> numbers;
+    SLM_TRY(r.sizes("r_layer_numbers", numbers, true, max_list));
+    c.r_layer_numbers = std::move(numbers);
   }
-  SLM_TRY(list("dsa_a_layer_ranks", c.dsa_a_layer_ranks, true));
-  {
-    std::vector<std::size_t> r;
-    const json::value* v = j.find("r_layer_numbers");
-    if (v && !v->is_null()) {
-      SLM_TRY(list("r_layer_numbers", r, true));
-      c.r_layer_numbers = std::move(r);
-    }
-  }
-  SLM_TRY(list("attention_layers_without_input_norm", c.attention_layers_without_input_norm, false));
-  SLM_TRY(list("mtp_attention_layers_without_input_norm", c.mtp_attention_layers_without_input_norm, false));
-  SLM_TRY(size("mtp_num_layers", c.mtp_num_layers));
-  SLM_TRY(number("layernorm_epsilon", c.layernorm_epsilon, true));
+  SLM_TRY(r.sizes("attention_layers_without_input_norm", c.attention_layers_without_input_norm, false, max_list));
+  SLM_TRY(r.sizes("mtp_attention_layers_without_input_norm", c.mtp_attention_layers_without_input_norm, false, max_list));
+  SLM_TRY(r.size("mtp_num_layers", c.mtp_num_layers, true));
+  SLM_TRY(r.number("layernorm_epsilon", c.layernorm_epsilon, true));
   if (!(c.layernorm_epsilon > 0))
     return make_error(errc::invalid_argument, "NAM56R config.json: layernorm_epsilon must be positive");
-  SLM_TRY(positive("max_position_embeddings", c.max_position_embeddings));
-  SLM_TRY(size("ffn_hidden_size", c.ffn_hidden_size));
-  SLM_TRY(choice("activation", c.activation, {"gelu"}));
-  SLM_TRY(positive("num_attention_heads", c.num_attention_heads));
-  SLM_TRY(positive("q_lora_rank", c.q_lora_rank));
-  SLM_TRY(positive("kv_lora_rank", c.kv_lora_rank));
-  SLM_TRY(positive("qk_head_dim", c.qk_head_dim));
-  SLM_TRY(positive("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim));
+  SLM_TRY(r.positive("max_position_embeddings", c.max_position_embeddings));
+  SLM_TRY(r.size("ffn_hidden_size", c.ffn_hidden_size, true));
+  SLM_TRY(r.choice("activation", c.activation, {"gelu"}));
+  SLM_TRY(r.positive("num_attention_heads", c.num_attention_heads));
+  SLM_TRY(r.positive("q_lora_rank", c.q_lora_rank));
+  SLM_TRY(r.positive("kv_lora_rank", c.kv_lora_rank));
+  SLM_TRY(r.positive("qk_head_dim", c.qk_head_dim));
+  SLM_TRY(r.positive("qk_pos_emb_head_dim", c.qk_pos_emb_head_dim));
   if (c.qk_pos_emb_head_dim % 2)
     return make_error(errc::invalid_argument, "NAM56R config.json: qk_pos_emb_head_dim ", c.qk_pos_emb_head_dim, " is odd");
-  SLM_TRY(positive("v_head_dim", c.v_head_dim));
-  SLM_TRY(number("rotary_base", c.rotary_base, true));
+  SLM_TRY(r.positive("v_head_dim", c.v_head_dim));
+  SLM_TRY(r.number("rotary_base", c.rotary_base, true));
   if (!(c.rotary_base > 1)) return make_error(errc::invalid_argument, "NAM56R config.json: rotary_base must exceed 1");
-  SLM_TRY(size("dsa_indexer_n_heads", c.dsa_indexer_n_heads));
-  SLM_TRY(size("dsa_indexer_head_dim", c.dsa_indexer_head_dim));
-  SLM_TRY(size("dsa_indexer_topk", c.dsa_indexer_topk));
-  if (const json::value* v = j.find("dsa_indexer_scoring_relu"); v && v->is_bool()) c.dsa_indexer_relu = v->as_bool();
-  SLM_TRY(choice("dsa_index_cache", c.dsa_index_cache, {"off", "causal"}));
-  SLM_TRY(list("dsa_index_cache_full_ranks", c.dsa_index_cache_full_ranks, c.dsa_index_cache == "causal"));
-  SLM_TRY(size("num_moe_experts", c.num_moe_experts));
-  SLM_TRY(size("moe_router_topk", c.moe_router_topk));
-  SLM_TRY(size("moe_ffn_hidden_size", c.moe_ffn_hidden_size));
-  SLM_TRY(size("moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size));
-  SLM_TRY(choice("moe_router_score_function", c.moe_router_score_function, {"softmax", "sigmoid"}));
-  SLM_TRY(size("mamba_state_dim", c.mamba_state_dim));
-  SLM_TRY(size("mamba_head_dim", c.mamba_head_dim));
-  SLM_TRY(size("mamba_expand", c.mamba_expand));
-  SLM_TRY(size("mamba_num_groups", c.mamba_num_groups));
-  SLM_TRY(size("mamba3_mimo_rank", c.mamba3_mimo_rank));
-  SLM_TRY(number("mamba3_rope_fraction", c.mamba3_rope_fraction, true));
-  SLM_TRY(number("mamba3_a_floor", c.mamba3_a_floor, true));
-  SLM_TRY(choice("mamba3_a_activation", c.mamba3_a_activation, {"softplus", "heavy_tail"}));
-  SLM_TRY(size("m2rnn_k_head_dim", c.m2rnn_k_head_dim));
-  SLM_TRY(size("m2rnn_v_head_dim", c.m2rnn_v_head_dim));
-  SLM_TRY(size("m2rnn_num_heads", c.m2rnn_num_heads));
-  SLM_TRY(size("m2rnn_conv_kernel", c.m2rnn_conv_kernel));
+  SLM_TRY(r.size("dsa_indexer_n_heads", c.dsa_indexer_n_heads, true));
+  SLM_TRY(r.size("dsa_indexer_head_dim", c.dsa_indexer_head_dim, true));
+  SLM_TRY(r.size("dsa_indexer_topk", c.dsa_indexer_topk, true));
+  SLM_TRY(r.boolean("dsa_indexer_scoring_relu", c.dsa_indexer_relu));
+  SLM_TRY(r.choice("dsa_index_cache", c.dsa_index_cache, {"off", "causal"}));
+  SLM_TRY(r.sizes("dsa_index_cache_full_ranks", c.dsa_index_cache_full_ranks, c.dsa_index_cache == "causal", max_list));
+  SLM_TRY(r.size("num_moe_experts", c.num_moe_experts, true));
+  SLM_TRY(r.size("moe_router_topk", c.moe_router_topk, true));
+  SLM_TRY(r.size("moe_ffn_hidden_size", c.moe_ffn_hidden_size, true));
+  SLM_TRY(r.size("moe_shared_expert_intermediate_size", c.moe_shared_expert_intermediate_size, true));
+  SLM_TRY(r.choice("moe_router_score_function", c.moe_router_score_function, {"softmax", "sigmoid"}));
+  SLM_TRY(r.size("mamba_state_dim", c.mamba_state_dim, true));
+  SLM_TRY(r.size("mamba_head_dim", c.mamba_head_dim, true));
+  SLM_TRY(r.size("mamba_expand", c.mamba_expand, true));
+  SLM_TRY(r.size("mamba_num_groups", c.mamba_num_groups, true));
+  SLM_TRY(r.size("mamba3_mimo_rank", c.mamba3_mimo_rank, true));
+  SLM_TRY(r.number("mamba3_rope_fraction", c.mamba3_rope_fraction, true));
+  SLM_TRY(r.number("mamba3_a_floor", c.mamba3_a_floor, true));
+  SLM_TRY(r.choice("mamba3_a_activation", c.mamba3_a_activation, {"softplus", "heavy_tail"}));
+  SLM_TRY(r.size("m2rnn_k_head_dim", c.m2rnn_k_head_dim, true));
+  SLM_TRY(r.size("m2rnn_v_head_dim", c.m2rnn_v_head_dim, true));
+  SLM_TRY(r.size("m2rnn_num_heads", c.m2rnn_num_heads, true));
+  SLM_TRY(r.size("m2rnn_conv_kernel", c.m2rnn_conv_kernel, true));
   if (const json::value* v = j.find("ngram_hash"); v && !v->is_null()) {
     if (!v->is_object()) return make_error(errc::invalid_argument, "NAM56R config.json: \"ngram_hash\" is not an object");
     ngram_hash_config n;
@@ -461,12 +401,10 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
       if (!o) return make_error(errc::invalid_argument, "NAM56R config.json: \"ngram_hash.orders\" holds a non-integer");
       n.orders[i] = static_cast<std::size_t>(*o);
     }
-    for (auto [key, dst] : {std::pair<const char*, std::size_t*>{"num_heads", &n.num_heads},
-                            {"table_size", &n.table_size}, {"embed_dim", &n.embed_dim}}) {
-      auto u = (*v)[key].as_uint64();
-      if (!u) return make_error(errc::format_error, "NAM56R config.json: missing or bad key \"ngram_hash.", key, "\"");
-      *dst = static_cast<std::size_t>(*u);
-    }
+    const config_reader nr{*v, "NAM56R config.json, ngram_hash"};
+    SLM_TRY(nr.size("num_heads", n.num_heads, true));
+    SLM_TRY(nr.size("table_size", n.table_size, true));
+    SLM_TRY(nr.size("embed_dim", n.embed_dim, true));
     if (auto s = n.validate(); !s.ok()) return std::move(s).with_context("NAM56R config.json");
     c.ngram_hash = n;
   }
@@ -522,9 +460,9 @@ SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) 
     SLM_TRY(need(c.dsa_indexer_head_dim % 2 == 0, "dsa_indexer_head_dim must be even (RoPE pairs)"));
   }
   if (c.dsa_index_cache == "causal") {
-    for (std::size_t r : c.dsa_index_cache_full_ranks)
-      if (r >= n_dsa)
-        return make_error(errc::out_of_range, "NAM56R config.json: dsa_index_cache_full_ranks holds ", r,
+    for (std::size_t rank : c.dsa_index_cache_full_ranks)
+      if (rank >= n_dsa)
+        return make_error(errc::out_of_range, "NAM56R config.json: dsa_index_cache_full_ranks holds ", rank,
                           ", but there are ", n_dsa, " DSA layers (ranks 0..", n_dsa ? n_dsa - 1 : 0, ")");
     if (n_dsa && std::find(c.dsa_index_cache_full_ranks.begin(), c.dsa_index_cache_full_ranks.end(), 0u) ==
                      c.dsa_index_cache_full_ranks.end())
@@ -575,8 +513,8 @@ SLM_INLINE m2rnn_config nam56r_config::m2rnn() const {
   return m;
 }
 
-SLM_INLINE basic_mla_attention<rope_interleaved>::megatron_config nam56r_config::mla(bool dsa) const {
-  basic_mla_attention<rope_interleaved>::megatron_config m;
+SLM_INLINE nam56r::mla_config nam56r_config::mla(bool dsa) const {
+  nam56r::mla_config m;
   m.hidden = hidden_size;
   m.n_heads = num_attention_heads;
   m.q_lora = q_lora_rank;
@@ -585,8 +523,8 @@ SLM_INLINE basic_mla_attention<rope_interleaved>::megatron_config nam56r_config:
   m.rope = qk_pos_emb_head_dim;
   m.v = v_head_dim;
   m.rotary_base = rotary_base;
-  if (dsa) m.indexer = megatron_indexer_config{hidden_size, q_lora_rank, dsa_indexer_n_heads, dsa_indexer_head_dim,
-                                               dsa_indexer_topk, rotary_base, dsa_indexer_relu};
+  if (dsa) m.indexer = nam56r::indexer_config{hidden_size, q_lora_rank, dsa_indexer_n_heads, dsa_indexer_head_dim,
+                                              dsa_indexer_topk, rotary_base, dsa_indexer_relu};
   return m;
 }
 
@@ -656,10 +594,10 @@ SLM_INLINE std::vector<nam56r_model::layer_row> nam56r_model::describe() const {
   const std::size_t d = cfg_.hidden_size;
   add(0, "embedding", {"embedding.word_embeddings."}).active_params = d;
   if (ngram_) {
-    auto& r = add(0, "ngram", {ngram_hash_embedding::megatron_prefix() + "."});
+    auto& r = add(0, "ngram", {nam56r::ngram_hash_prefix() + "."});
     r.active_params = static_cast<std::uint64_t>(ngram_->cfg.concat_dim()) * (1 + d);
   }
-  if (structure_) add(0, "structure", {structure_embedding::megatron_prefix() + "."});
+  if (structure_) add(0, "structure", {nam56r::structure_prefix() + "."});
   for (std::size_t i = 0; i < cfg_.num_layers; ++i) {
     const nam56r_layer& l = cfg_.plan.layers[i];
     auto& r = add(i, std::string(to_string(l.kind)), {l.prefix + "."});
@@ -699,7 +637,7 @@ SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& pref
     SLM_TRY(norm_of(a.norm, norm));
     a.has_norm = true;
   }
-  auto at = attention::load_megatron(*ck_, prefix + ".self_attention", cfg_.mla(dsa));
+  auto at = nam56r::load_mla<rope_interleaved>(*ck_, prefix + ".self_attention", cfg_.mla(dsa));
   if (!at.ok()) return std::move(at).take_error();
   a.attn = std::move(*at);
   a.dsa = dsa;
@@ -718,12 +656,12 @@ SLM_INLINE status nam56r_model::load_weights() {
     word_ = *w;
   }
   if (cfg_.ngram_hash) {
-    auto n = ngram_hash_embedding::load(ck, ngram_hash_embedding::megatron_prefix(), *cfg_.ngram_hash);
+    auto n = nam56r::load_ngram_hash(ck, nam56r::ngram_hash_prefix(), *cfg_.ngram_hash);
     if (!n.ok()) return std::move(n).take_error();
     ngram_ = std::move(*n);
   }
   if (cfg_.structure_embedding) {
-    auto s = structure_embedding::load(ck, structure_embedding::megatron_prefix(), *cfg_.structure_embedding);
+    auto s = nam56r::load_structure_embedding(ck, nam56r::structure_prefix(), *cfg_.structure_embedding);
     if (!s.ok()) return std::move(s).take_error();
     structure_ = std::move(*s);
   }
@@ -751,7 +689,7 @@ SLM_INLINE status nam56r_model::load_weights() {
       case nam56r_layer_kind::moe: {
         moe_layer m;
         SLM_TRY(norm_of(m.norm, p + ".pre_mlp_layernorm.weight"));
-        basic_moe_ffn<>::megatron_config mc;
+        nam56r::moe_config mc;
         mc.hidden = d;
         mc.n_experts = cfg_.num_moe_experts;
         mc.top_k = cfg_.moe_router_topk;
@@ -759,7 +697,7 @@ SLM_INLINE status nam56r_model::load_weights() {
         mc.shared_ffn = cfg_.moe_shared_expert_intermediate_size;
         mc.sigmoid = cfg_.moe_router_score_function == "sigmoid";
         mc.act = activation::gelu;
-        auto f = basic_moe_ffn<>::load_megatron(ck, p + ".mlp", mc);
+        auto f = nam56r::load_moe<router_by_config>(ck, p + ".mlp", mc);
         if (!f.ok()) return std::move(f).take_error();
         m.ffn = std::move(*f);
         layers_.push_back({l.kind, moe_.size()});
@@ -770,7 +708,7 @@ SLM_INLINE status nam56r_model::load_weights() {
         mamba_layer m;
         SLM_TRY(norm_of(m.norm, p + ".norm.weight"));
         SLM_TRY(norm_of(m.pre_norm, p + ".mixer.impl.pre_norm.weight"));
-        auto x = mamba3_mixer::load(ck, p + ".mixer.impl.mixer", cfg_.mamba(i));
+        auto x = nam56r::load_mamba3(ck, p + ".mixer.impl.mixer", cfg_.mamba(i));
         if (!x.ok()) return std::move(x).take_error();
         m.mixer = std::move(*x);
         layers_.push_back({l.kind, mamba_.size()});
@@ -780,7 +718,7 @@ SLM_INLINE status nam56r_model::load_weights() {
       case nam56r_layer_kind::m2rnn: {
         m2rnn_layer m;
         SLM_TRY(norm_of(m.norm, p + ".norm.weight"));
-        auto x = m2rnn_mixer::load(ck, p + ".mixer.impl", cfg_.m2rnn());
+        auto x = nam56r::load_m2rnn(ck, p + ".mixer.impl", cfg_.m2rnn());
         if (!x.ok()) return std::move(x).take_error();
         m.mixer = std::move(*x);
         layers_.push_back({l.kind, m2rnn_.size()});
@@ -804,8 +742,7 @@ SLM_INLINE status nam56r_model::load_weights() {
                       "mtp_attention_layers_without_input_norm"));
     const std::string mlp = p + ".mtp_model_layer.layers.1.mlp";
     SLM_TRY(norm_of(t.mlp_norm, mlp + ".linear_fc1.layer_norm_weight"));
-    auto f = feed_forward::load_plain(ck, mlp + ".linear_fc1", mlp + ".linear_fc2", d, cfg_.ffn_hidden_size,
-                                      activation::gelu);
+    auto f = load_feed_forward(ck, mlp + ".linear_fc1", mlp + ".linear_fc2", d, cfg_.ffn_hidden_size, activation::gelu);
     if (!f.ok()) return std::move(f).take_error();
     t.mlp = std::move(*f);
     mtp_.push_back(std::move(t));

@@ -54,6 +54,7 @@
 #include "slm/core/buffer.hpp"
 #include "slm/io/checkpoint.hpp"
 #include "slm/layers/linear.hpp"
+#include "slm/models/bind.hpp"
 #include "slm/layers/mamba3.hpp"
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/core/status.hpp"

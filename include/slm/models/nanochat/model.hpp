@@ -79,10 +79,13 @@
 #include "slm/io/checkpoint.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/layers/engram.hpp"
+#include "slm/io/config_reader.hpp"
 #include "slm/io/json.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/mhc.hpp"
 #include "slm/layers/session_options.hpp"
+#include "slm/models/bind.hpp"
+#include "slm/models/nanochat/bind.hpp"
 #include "slm/models/nanochat/mamba.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/formats/quant_config.hpp"
@@ -723,82 +726,49 @@ SLM_INLINE result<nanochat_config> nanochat_config::from_json(const json::value&
   const std::string_view mt = j.get_string("model_type");
   if (mt != "nanochat")
     return make_error(errc::unsupported, "config.json: \"model_type\" is \"", mt, "\", expected \"nanochat\"");
-  auto size = [&](std::string_view key, std::size_t& out, bool required) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) {
-      if (required) return make_error(errc::format_error, "config.json: \"", key, "\" is missing");
-      return {};
-    }
-    const auto u = v->as_uint64();
-    if (!v->is_integer() || !u || *u > (std::uint64_t{1} << 40))
-      return make_error(errc::format_error, "config.json: \"", key, "\" is not an integer in [0, 2^40]");
-    out = static_cast<std::size_t>(*u);
-    return {};
-  };
-  auto num = [&](std::string_view key, double& out) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) return {};
-    if (!v->is_number() || !std::isfinite(v->as_double()))
-      return make_error(errc::format_error, "config.json: \"", key, "\" is not a finite number");
-    out = v->as_double();
-    return {};
-  };
-  auto flag = [&](std::string_view key, bool& out) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) return {};
-    if (!v->is_bool()) return make_error(errc::format_error, "config.json: \"", key, "\" is not true or false");
-    out = v->as_bool();
-    return {};
-  };
-  auto str = [&](std::string_view key, std::string& out) -> status {
-    const json::value* v = j.find(key);
-    if (!v || v->is_null()) return {};
-    if (!v->is_string()) return make_error(errc::format_error, "config.json: \"", key, "\" is not a string");
-    out = std::string(v->as_string());
-    return {};
-  };
-  SLM_TRY(size("sequence_len", c.sequence_len, true));
-  SLM_TRY(size("vocab_size", c.vocab_size, true));
-  SLM_TRY(size("n_layer", c.n_layer, true));
-  SLM_TRY(size("n_head", c.n_head, true));
-  SLM_TRY(size("n_kv_head", c.n_kv_head, true));
-  SLM_TRY(size("n_embd", c.n_embd, true));
-  SLM_TRY(str("window_pattern", c.window_pattern));
-  SLM_TRY(flag("engram_enabled", c.engram_enabled));
-  SLM_TRY(str("engram_layers", c.engram_layers_spec));
-  SLM_TRY(str("engram_ngram_orders", c.engram_ngram_orders));
-  SLM_TRY(size("engram_bottleneck_dim", c.engram_bottleneck_dim, false));
-  SLM_TRY(num("engram_dropout", c.engram_dropout));
-  SLM_TRY(flag("mhc_enabled", c.mhc_enabled));
-  SLM_TRY(size("mhc_num_branches", c.mhc_num_branches, false));
-  SLM_TRY(size("mhc_sinkhorn_iters", c.mhc_sinkhorn_iters, false));
-  SLM_TRY(num("mhc_temperature", c.mhc_temperature));
-  SLM_TRY(num("mhc_epsilon", c.mhc_epsilon));
-  SLM_TRY(num("mhc_blend_alpha", c.mhc_blend_alpha));
-  SLM_TRY(flag("mtp_enabled", c.mtp_enabled));
-  SLM_TRY(num("mtp_lambda", c.mtp_lambda));
-  SLM_TRY(flag("dsa_enabled", c.dsa_enabled));
-  SLM_TRY(size("dsa_start_layer", c.dsa_start_layer, false));
-  SLM_TRY(num("dsa_top_k_ratio", c.dsa_top_k_ratio));
-  SLM_TRY(size("dsa_local_window", c.dsa_local_window, false));
-  SLM_TRY(size("dsa_indexer_heads", c.dsa_indexer_heads, false));
-  SLM_TRY(size("dsa_indexer_dim", c.dsa_indexer_dim, false));
-  SLM_TRY(flag("mamba_enabled", c.mamba_enabled));
-  SLM_TRY(str("mamba_pattern", c.mamba_pattern));
-  SLM_TRY(size("mamba_d_state", c.mamba_d_state, false));
-  SLM_TRY(size("mamba_d_conv", c.mamba_d_conv, false));
-  SLM_TRY(size("mamba_expand", c.mamba_expand, false));
-  SLM_TRY(size("mamba_headdim", c.mamba_headdim, false));
-  SLM_TRY(size("mamba_ngroups", c.mamba_ngroups, false));
-  SLM_TRY(size("mamba_chunk_size", c.mamba_chunk_size, false));
-  SLM_TRY(flag("mamba3_qknorm", c.mamba3_qknorm));
-  SLM_TRY(flag("mamba3_bias", c.mamba3_bias));
-  SLM_TRY(flag("mamba3_complex_rope", c.mamba3_complex_rope));
-  SLM_TRY(flag("mamba3_trapezoidal", c.mamba3_trapezoidal));
-  SLM_TRY(size("window_long", c.window_long, false));
-  SLM_TRY(size("window_short", c.window_short, false));
-  SLM_TRY(num("rope_theta", c.rope_theta));
-  SLM_TRY(str("activation", c.activation));
+  const config_reader r{j};
+  SLM_TRY(r.size("sequence_len", c.sequence_len, true));
+  SLM_TRY(r.size("vocab_size", c.vocab_size, true));
+  SLM_TRY(r.size("n_layer", c.n_layer, true));
+  SLM_TRY(r.size("n_head", c.n_head, true));
+  SLM_TRY(r.size("n_kv_head", c.n_kv_head, true));
+  SLM_TRY(r.size("n_embd", c.n_embd, true));
+  SLM_TRY(r.string("window_pattern", c.window_pattern));
+  SLM_TRY(r.boolean("engram_enabled", c.engram_enabled));
+  SLM_TRY(r.string("engram_layers", c.engram_layers_spec));
+  SLM_TRY(r.string("engram_ngram_orders", c.engram_ngram_orders));
+  SLM_TRY(r.size("engram_bottleneck_dim", c.engram_bottleneck_dim, false));
+  SLM_TRY(r.number("engram_dropout", c.engram_dropout));
+  SLM_TRY(r.boolean("mhc_enabled", c.mhc_enabled));
+  SLM_TRY(r.size("mhc_num_branches", c.mhc_num_branches, false));
+  SLM_TRY(r.size("mhc_sinkhorn_iters", c.mhc_sinkhorn_iters, false));
+  SLM_TRY(r.number("mhc_temperature", c.mhc_temperature));
+  SLM_TRY(r.number("mhc_epsilon", c.mhc_epsilon));
+  SLM_TRY(r.number("mhc_blend_alpha", c.mhc_blend_alpha));
+  SLM_TRY(r.boolean("mtp_enabled", c.mtp_enabled));
+  SLM_TRY(r.number("mtp_lambda", c.mtp_lambda));
+  SLM_TRY(r.boolean("dsa_enabled", c.dsa_enabled));
+  SLM_TRY(r.size("dsa_start_layer", c.dsa_start_layer, false));
+  SLM_TRY(r.number("dsa_top_k_ratio", c.dsa_top_k_ratio));
+  SLM_TRY(r.size("dsa_local_window", c.dsa_local_window, false));
+  SLM_TRY(r.size("dsa_indexer_heads", c.dsa_indexer_heads, false));
+  SLM_TRY(r.size("dsa_indexer_dim", c.dsa_indexer_dim, false));
+  SLM_TRY(r.boolean("mamba_enabled", c.mamba_enabled));
+  SLM_TRY(r.string("mamba_pattern", c.mamba_pattern));
+  SLM_TRY(r.size("mamba_d_state", c.mamba_d_state, false));
+  SLM_TRY(r.size("mamba_d_conv", c.mamba_d_conv, false));
+  SLM_TRY(r.size("mamba_expand", c.mamba_expand, false));
+  SLM_TRY(r.size("mamba_headdim", c.mamba_headdim, false));
+  SLM_TRY(r.size("mamba_ngroups", c.mamba_ngroups, false));
+  SLM_TRY(r.size("mamba_chunk_size", c.mamba_chunk_size, false));
+  SLM_TRY(r.boolean("mamba3_qknorm", c.mamba3_qknorm));
+  SLM_TRY(r.boolean("mamba3_bias", c.mamba3_bias));
+  SLM_TRY(r.boolean("mamba3_complex_rope", c.mamba3_complex_rope));
+  SLM_TRY(r.boolean("mamba3_trapezoidal", c.mamba3_trapezoidal));
+  SLM_TRY(r.size("window_long", c.window_long, false));
+  SLM_TRY(r.size("window_short", c.window_short, false));
+  SLM_TRY(r.number("rope_theta", c.rope_theta));
+  SLM_TRY(r.string("activation", c.activation));
   SLM_TRY(c.derive());
   return c;
 }
@@ -989,7 +959,7 @@ SLM_INLINE result<nanochat_model> nanochat_model::from_checkpoint(checkpoint&& c
     if (c.engram_layer[i]) {
       auto ec = engram_config::make(C, c.engram_ngram_orders, c.engram_bottleneck_dim);
       if (!ec.ok()) return std::move(ec).take_error().with_context("config.json");
-      auto e = engram_branch::load(ck, engram_branch::nanochat_prefix(i), *ec);
+      auto e = nanochat::load_engram(ck, nanochat::engram_prefix(i), *ec);
       if (!e.ok()) return std::move(e).take_error();
       b.engram = std::move(*e);
       b.has_engram = true;
@@ -999,7 +969,7 @@ SLM_INLINE result<nanochat_model> nanochat_model::from_checkpoint(checkpoint&& c
       if (c.mhc_num_branches > 0 && N > c.mhc_num_branches)
         return make_error(errc::format_error, where, ": layer ", i, " mixes ", N, " mHC branches, mhc_num_branches = ",
                           c.mhc_num_branches);
-      auto x = mhc_mixer::load(ck, mhc_mixer::nanochat_prefix(i), c.mhc());
+      auto x = nanochat::load_mhc(ck, nanochat::mhc_prefix(i), c.mhc());
       if (!x.ok()) return std::move(x).take_error();
       b.mhc = std::move(*x);
       b.has_mhc = true;
