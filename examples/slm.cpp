@@ -22,6 +22,7 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <cstdio>
@@ -41,6 +42,8 @@
 #include "slm/slm.hpp"
 #include "slm/generate/speculative.hpp"
 #include "slm/generate/generator.hpp"
+#include "slm/generate/throughput.hpp"
+#include "slm/models/sequence_logits.hpp"
 #include "slm/text/tokenizer.hpp"
 
 namespace {
@@ -99,24 +102,12 @@ std::string human_bytes(std::uint64_t n) {
   return buf;
 }
 
-// Summary of tensors by dtype, then (optionally) one line per tensor.
+// Summary of tensors by dtype (slm::weight_totals), then (optionally) one line per tensor.
 template <class Source>
-void print_tensors(const Source& src, std::size_t count, bool list) {
-  struct totals { std::size_t tensors = 0; std::uint64_t elements = 0, bytes = 0; };
-  std::map<std::string_view, totals> by_type;
-  totals all;
-  for (std::size_t i = 0; i < count; ++i) {
-    const slm::safetensors::tensor_info& t = src(i);
-    auto& b = by_type[slm::safetensors_name(t.type)];
-    for (totals* x : {&b, &all}) {
-      x->tensors += 1;
-      x->elements += static_cast<std::uint64_t>(t.shape.numel());
-      x->bytes += t.end - t.begin;
-    }
-  }
-  std::printf("weights   %zu tensors, %llu elements, %s\n", all.tensors,
-              static_cast<unsigned long long>(all.elements), human_bytes(all.bytes).c_str());
-  for (const auto& [name, x] : by_type)
+void print_tensors(const slm::weight_totals& w, const Source& src, std::size_t count, bool list) {
+  std::printf("weights   %zu tensors, %llu elements, %s\n", w.all.tensors,
+              static_cast<unsigned long long>(w.all.elements), human_bytes(w.all.bytes).c_str());
+  for (const auto& [name, x] : w.by_dtype)
     std::printf("  %-8.*s %6zu tensors %14llu elements %12s\n", static_cast<int>(name.size()), name.data(),
                 x.tensors, static_cast<unsigned long long>(x.elements), human_bytes(x.bytes).c_str());
   if (!list) return;
@@ -172,7 +163,7 @@ void print_layer_table(const Rows& rows) {
 // A checkpoint opened for its config files and tensor headers only (inspect, and what a
 // command needs to know before it loads the model): mapped, so no weight is read. Its
 // headers are parsed within open(); its tensor data is never touched, so a weight file
-// replaced or truncated later cannot fault it. Models run from with_model's load.
+// replaced or truncated later cannot fault it. Models run from the commands' own load.
 slm::result<slm::checkpoint> open_metadata(const std::filesystem::path& dir) {
   slm::checkpoint_options o;
   o.weights = slm::load_mode::map;
@@ -239,7 +230,8 @@ int cmd_inspect(const args& a) {
     if (!f.ok()) return fail(f.error());
     std::printf("file      %s\n", path.string().c_str());
     for (const auto& [k, v] : f->header().metadata) std::printf("metadata  %s = %s\n", k.c_str(), v.c_str());
-    print_tensors([&](std::size_t i) -> const auto& { return f->tensors()[i]; }, f->tensors().size(), list);
+    print_tensors(slm::weight_totals::of(f->tensors()), [&](std::size_t i) -> const auto& { return f->tensors()[i]; },
+                  f->tensors().size(), list);
     return 0;
   }
   std::error_code ec2;
@@ -273,7 +265,8 @@ int cmd_inspect(const args& a) {
     if (!m.ok()) return fail(m.error());
     print_layer_table(m->describe());
   }
-  print_tensors([&](std::size_t i) -> const auto& { return ck->info(ck->tensors()[i]); }, ck->size(), list);
+  print_tensors(slm::weight_totals::of(*ck), [&](std::size_t i) -> const auto& { return ck->info(ck->tensors()[i]); },
+                ck->size(), list);
   return 0;
 }
 
@@ -339,30 +332,9 @@ slm::status check_vocab(std::string_view option, const std::vector<std::int32_t>
   return {};
 }
 
-// Loads the model in `dir` as the family its config.json names (slm::any_model: the NAM56R
-// specialist, a nanochat-lineage model, or any architecture of the config-driven decoder)
-// and calls fn(model) with the family's own type. The three share the session interface
-// the commands use (new_session, forward, vocab).
-template <class Fn>
-int with_loaded(const slm::any_model& m, Fn&& fn) {
-  return std::visit([&](const auto& model) -> int { return fn(model); }, m.get());
-}
-template <class Fn>
-int with_model(std::string_view dir, const slm::checkpoint_options& opt, Fn&& fn) {
-  auto m = slm::any_model::load(std::filesystem::path{std::string(dir)}, opt);
-  if (!m.ok()) return fail(m.error());
-  return with_loaded(*m, fn);
-}
-
-// slm logits: the logits of a token sequence, as tensor "logits" F32 [T, V] in a
-// safetensors file. Row t is always the next-token distribution after ids 0..t
-// (inclusive); the modes differ only in how it is computed: full = one forward over all
-// T ids (on a nanochat model its no-cache forward, forward_uncached: the function its
-// goldens and training loss come from); incremental = one forward over the first P ids
-// (rows 0..P-1), then ids[P..T) one at a time through the session's KV cache (rows
-// P..T-1). This is the layout of logits_full and logits_incremental in the golden files
-// made by transformers (both [T, V], whatever shared/golden/README.md says of the
-// latter's shape).
+// slm logits: the logits of a token sequence (slm::sequence_logits: row t the next-token
+// distribution after ids 0..t, by one forward, or --mode incremental through the KV
+// cache), as tensor "logits" F32 [T, V] in a safetensors file.
 int cmd_logits(const args& a) {
   const std::string_view model = a.get("model"), out = a.get("out"), mode = a.get("mode", "full");
   if (model.empty() || out.empty() || !a.has("ids"))
@@ -383,51 +355,29 @@ int cmd_logits(const args& a) {
   auto pool = make_pool(a);
   if (!pool.ok()) return usage_error(pool.error().message());
 
-  slm::floats logits;  // [T, V]
-  const int rc = with_model(model, load_options(a), [&](const auto& m) -> int {
-    const std::size_t V = m.vocab();
-    if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
-    slm::compute_context cx{*pool};
-    cx.quantized_activations = opt->act;
-    auto session = m.new_session(opt->session);
-    // The context bounds T before anything is sized by it (every mode: nanochat's no-cache
-    // forward too); the [T, V] rows are then allocated as a value, not an exception.
-    if (T > session.max_tokens())
-      return fail(slm::make_error(slm::errc::out_of_range, T, " ids exceed the context of ", session.max_tokens(), " tokens"));
-    if (auto s = logits.resize(T * V); !s.ok()) return fail(s);
-    if (mode == "full") {
-      if constexpr (requires { m.forward_uncached(*ids, logits.data(), cx); }) {
-        // nanochat: the reference's own no-cache forward (GPT.forward, eval), which the
-        // cached session differs from where DSA takes its sparse path or mHC pools.
-        if (auto s = m.forward_uncached(*ids, logits.data(), cx); !s.ok()) return fail(s);
-      } else {
-        if (auto s = session.forward(*ids, T, logits.data(), cx); !s.ok()) return fail(s);
-      }
-    } else {
-      const std::size_t P = *prefill;
-      if (auto s = session.forward(std::span(ids->data(), P), P, logits.data(), cx); !s.ok()) return fail(s);
-      for (std::size_t t = P; t < T; ++t)
-        if (auto s = session.forward(std::span(ids->data() + t, 1), 1, logits.data() + t * V, cx); !s.ok()) return fail(s);
-    }
-    return 0;
-  });
-  if (rc != 0) return rc;
-  const std::size_t V = logits.size() / T;
+  auto m = slm::any_model::load(std::filesystem::path{std::string(model)}, load_options(a));
+  if (!m.ok()) return fail(m.error());
+  const std::size_t V = m->vocab();
+  if (auto s = check_vocab("ids", *ids, V); !s.ok()) return usage_error(s.message());
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  const slm::sequence_logits_options lo{mode == "full" ? slm::logits_mode::full : slm::logits_mode::incremental, *prefill,
+                                        opt->session};
+  auto logits = slm::sequence_logits(*m, *ids, lo, cx);  // [T, V]
+  if (!logits.ok()) return fail(logits.error());
 
   slm::safetensors::writer w;
   w.set_metadata("format", "pt");
   w.set_metadata("mode", std::string(mode));
   if (mode == "incremental") w.set_metadata("prefill", std::to_string(*prefill));
   const slm::shape shape{static_cast<std::int64_t>(T), static_cast<std::int64_t>(V)};
-  if (auto s = w.add("logits", slm::dtype::f32, shape, std::as_bytes(logits.span())); !s.ok()) return fail(s);
+  if (auto s = w.add("logits", slm::dtype::f32, shape, std::as_bytes(logits->span())); !s.ok()) return fail(s);
   if (auto s = w.write(std::string(out)); !s.ok()) return fail(s);
   std::printf("wrote logits %s (%.*s%s) to %.*s\n", shape.to_string().c_str(), static_cast<int>(mode.size()), mode.data(),
               mode == "incremental" ? slm::cat(", prefill ", *prefill).c_str() : "", static_cast<int>(out.size()), out.data());
   return 0;
 }
 
-// slm run: greedy generation from prompt ids; prints the N generated ids on one line.
-// No stop token ends it early (stop tokens and text come with the tokenizer).
 // A floating-point option, or `fallback` when absent.
 slm::result<float> parse_float(const args& a, std::string_view key, float fallback) {
   const std::string_view t = a.get(key);
@@ -487,56 +437,6 @@ slm::result<slm::sampler_config> parse_sampling(const args& a, slm::sampler_conf
     c.logit_bias.emplace_back(id, bias);
   }
   return c;
-}
-
-// With --mmap the weights are not read at load: read every page of the model's shards
-// once (its own mapping), so the first forward does not wait on the disk, showing it as
-// the default load shows its reading.
-void touch_mapped_weights(const slm::checkpoint& ck, weight_progress& progress) {
-  if (ck.weights_mode() != slm::load_mode::map) return;
-  std::uint64_t total = 0, done = 0;
-  for (const auto& f : ck.shards()) total += f.bytes().size();
-  volatile unsigned char sink = 0;
-  for (const auto& f : ck.shards()) {
-    const auto bytes = f.bytes();
-    for (std::size_t off = 0; off < bytes.size(); off += 4096) {
-      sink = sink ^ static_cast<unsigned char>(bytes[off]);
-      done += std::min<std::size_t>(4096, bytes.size() - off);
-      if ((off & ((std::size_t{16} << 20) - 1)) == 0) progress(done, total);
-    }
-  }
-  progress(total, total);
-}
-
-// The stop rules of generator::generate applied afterwards to tokens generated without
-// them (speculative decoding): up to the first stop token (excluded), and with a
-// tokenizer the text streamed through the same detokenizer and stop strings, ending at
-// the token whose text completes a stop string.
-struct stopped_output {
-  std::vector<std::int32_t> tokens;
-  std::string text;
-};
-slm::result<stopped_output> apply_stop_rules(std::span<const std::int32_t> ids, const slm::generation_options& go,
-                                             const slm::tokenizer* t) {
-  stopped_output r;
-  std::optional<slm::detokenizer> detok;
-  if (t) detok.emplace(*t, go.decode);
-  slm::stop_strings stops(go.stop_strings);
-  for (const std::int32_t id : ids) {
-    if (std::find(go.stop_tokens.begin(), go.stop_tokens.end(), id) != go.stop_tokens.end()) break;
-    r.tokens.push_back(id);
-    if (detok) {
-      auto piece = detok->push(id);
-      if (!piece.ok()) return std::move(piece).error();
-      r.text += stops.push(*piece);
-    }
-    if (stops.stopped()) return r;
-  }
-  if (detok) {
-    r.text += stops.push(detok->flush());
-    if (!stops.stopped()) r.text += stops.flush();
-  }
-  return r;
 }
 
 // slm run: generation. The prompt is text (--prompt, encoded with the model's tokenizer,
@@ -608,8 +508,8 @@ int cmd_run(const args& a) {
   go.stop_strings = a.all("stop");
   const bool stream = a.has("stream");
 
-  return with_loaded(loaded->model, [&](const auto& m) -> int {
-    touch_mapped_weights(m.weights(), progress);
+  return std::visit([&](const auto& m) -> int {  // the family's own type (MTP drafting is NAM56R's)
+    slm::prefetch_weights(m.weights(), std::ref(progress));  // --mmap: read ahead, shown as a load
     const std::size_t V = m.vocab();
     if (auto s = check_vocab(ids_mode ? "prompt-ids" : "prompt", prompt, V); !s.ok()) return usage_error(s.message());
     slm::compute_context cx{*pool};
@@ -627,8 +527,6 @@ int cmd_run(const args& a) {
         if (depths == 0) return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
         const std::size_t k = *drafts ? *drafts : depths;
         if (k > depths) return usage_error(slm::cat("--draft ", k, " exceeds the model's ", depths, " MTP depths"));
-        if (!t && !go.stop_strings.empty())
-          return fail(slm::make_error(slm::errc::invalid_argument, "generate: stop strings need a tokenizer"));
         slm::session_options o = opt->session;
         o.rollback_tokens = std::max(o.rollback_tokens, k);  // rejected drafts are rolled back
         auto session = m.new_session(o);
@@ -638,18 +536,9 @@ int cmd_run(const args& a) {
         if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
         if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s.message());
         slm::sampler smp(sc);
-        // Plain generation stops when the context is full, after max_tokens - prompt tokens.
-        const std::size_t room = session.max_tokens() > prompt.size() ? session.max_tokens() - prompt.size() : 0;
-        const std::size_t count = prompt.size() <= session.max_tokens() ? std::min(*n, room) : *n;
-        std::vector<std::int32_t> out;
-        slm::speculative_stats st;
-        if (sc.temperature == 0.0f) {
-          if (auto s = slm::generate_greedy_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
-        } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
-          if (auto s = slm::generate_sampled_mtp(session, prompt, count, k, V, smp, out, st, cx, go.stop_tokens); !s.ok()) return fail(s);
-        }
-        auto r = apply_stop_rules(out, go, t);  // drops the stop token; stop strings as generate()
+        auto r = slm::generate_mtp(session, prompt, k, V, smp, go, t, cx);
         if (!r.ok()) return fail(r.error());
+        const slm::speculative_stats& st = r->stats;
         if (ids_mode) {
           print_ids(r->tokens);
         } else {
@@ -692,7 +581,7 @@ int cmd_run(const args& a) {
                  r->seconds > 0 ? static_cast<double>(r->tokens.size()) / r->seconds : 0.0,
                  static_cast<int>(slm::to_string(r->reason).size()), slm::to_string(r->reason).data());
     return 0;
-  });
+  }, loaded->model.get());
 }
 
 // Token ids as printed by `slm tokenize` (spaces) or used by --prompt-ids (commas).
@@ -752,84 +641,29 @@ int cmd_detokenize(const args& a) {
 }
 
 // slm perplexity: how well a model predicts text, as llama.cpp's llama-perplexity and
-// HF's perplexity guide measure it. Each document (a --file, every regular file under a
-// directory given as --file, sorted by path, or --text) is encoded with the model's
-// tokenizer (the post-processor's BOS, if any, and BOS prepended if the tokenizer has one
-// and the encoding does not start with it; special tokens written in the text are plain
-// text). Every token after the first is predicted once: a document longer than --ctx is
-// scored in windows of ctx tokens starting every --stride tokens, each a fresh session
-// run as one batched prefill, counting only the targets no earlier window counted, so
-// each has at least ctx - stride tokens of context where the document has them (with
-// stride == ctx, windows overlap by the one token the next target needs). Per target:
-// NLL = logsumexp(logits[0, V)) - logits[target] in double, V the tokenizer's vocabulary
-// when smaller than the model's rows (padding rows excluded); top-1 when the first argmax
-// over [0, V) is the target. bits/byte = sum NLL / ln 2 / UTF-8 bytes of the documents
-// scored: comparable across tokenizers. --max-tokens stops at a document boundary: once
-// that many targets are scored, the remaining documents are skipped (neither their tokens
-// nor their bytes count). On a nanochat model the windows run through the session, the
-// function `slm run` generates with (DSA dense, strictly causal), not the no-cache
-// training forward of `slm logits --mode full` (README: why).
-struct perplexity_tally {
-  std::string name;
-  slm::score_tally score;  // tokens, top-1 hits, bytes, NLL in nats
+// HF's perplexity guide measure it: slm::score_documents (generate/scoring.hpp has the
+// method: encoding, windows of --ctx every --stride, NLL over the tokenizer's rows, bits
+// per byte, --max-tokens at a document boundary). On a nanochat model the windows run
+// through the session, the function `slm run` generates with (DSA dense, strictly
+// causal), not the no-cache training forward of `slm logits --mode full` (README: why).
+// One figures line of slm perplexity (README: its format).
+std::string score_line(const slm::score_tally& score) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%",
+                score.tokens, static_cast<unsigned long long>(score.bytes), score.nll_per_token(), score.perplexity(),
+                score.bits_per_byte(), 100.0 * score.top1_rate());
+  return buf;
+}
 
-  std::string line() const {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%",
-                  score.tokens, static_cast<unsigned long long>(score.bytes), score.nll_per_token(), score.perplexity(),
-                  score.bits_per_byte(), 100.0 * score.top1_rate());
-    return buf;
-  }
-  slm::json::value to_json() const {
-    slm::json::value v = slm::json::value::make_object();
-    if (!name.empty()) v.set("name", slm::json::value(name));
-    v.set("tokens", slm::json::value(score.tokens));
-    v.set("bytes", slm::json::value(score.bytes));
-    v.set("nll_sum", slm::json::value(score.nll));
-    v.set("nll_per_token", slm::json::value(score.nll_per_token()));
-    v.set("ppl", slm::json::value(score.perplexity()));
-    v.set("bits_per_byte", slm::json::value(score.bits_per_byte()));
-    v.set("top1_correct", slm::json::value(score.top1));
-    v.set("top1", slm::json::value(score.top1_rate()));
-    return v;
-  }
-};
-
-// The documents of --file (repeatable; a directory stands for every regular file under
-// it, sorted by path) or --text, read whole. An unreadable or empty one is an error.
-slm::result<std::vector<std::pair<std::string, std::string>>> read_documents(const args& a) {
-  std::vector<std::pair<std::string, std::string>> docs;  // (name, text)
+// The documents of --file (repeatable; slm::read_documents: a directory stands for every
+// regular file under it, sorted by path) or --text. An unreadable or empty one is an error.
+slm::result<std::vector<slm::document>> read_documents(const args& a) {
   if (a.has("text")) {
-    docs.emplace_back("--text", std::string(a.get("text")));
-    if (docs.back().second.empty()) return slm::make_error(slm::errc::invalid_argument, "--text: empty document");
-    return docs;
+    if (a.get("text").empty()) return slm::make_error(slm::errc::invalid_argument, "--text: empty document");
+    return std::vector<slm::document>{{"--text", std::string(a.get("text"))}};
   }
-  for (const std::string& arg : a.all("file")) {
-    const std::filesystem::path p{arg};
-    std::error_code ec;
-    std::vector<std::filesystem::path> files;
-    if (std::filesystem::is_directory(p, ec)) {
-      std::filesystem::recursive_directory_iterator it(p, ec), end;
-      if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
-      for (; it != end; it.increment(ec)) {
-        if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
-        std::error_code fec;
-        if (it->is_regular_file(fec)) files.push_back(it->path());
-      }
-      if (ec) return slm::make_error(slm::errc::io_error, arg, ": cannot list the directory: ", ec.message());
-      if (files.empty()) return slm::make_error(slm::errc::invalid_argument, arg, ": no files in the directory");
-      std::sort(files.begin(), files.end());
-    } else {
-      files.push_back(p);
-    }
-    for (const auto& f : files) {
-      auto text = slm::read_text_file(f, std::size_t{1} << 30);
-      if (!text.ok()) return std::move(text).error();
-      if (text->empty()) return slm::make_error(slm::errc::invalid_argument, f.string(), ": empty document");
-      docs.emplace_back(f.string(), std::move(*text));
-    }
-  }
-  return docs;
+  const std::vector<std::string> files = a.all("file");
+  return slm::read_documents(std::vector<std::filesystem::path>(files.begin(), files.end()));
 }
 
 int cmd_perplexity(const args& a) {
@@ -862,69 +696,50 @@ int cmd_perplexity(const args& a) {
   if (!loaded->tok) return fail(slm::make_error(slm::errc::not_found, dir.string(), ": no tokenizer.json (perplexity needs text)"));
   const slm::tokenizer& t = *loaded->tok;
 
-  return with_loaded(loaded->model, [&](const auto& m) -> int {
-    const std::size_t V = std::min(t.vocab_size(), m.vocab());
-    const std::size_t model_ctx = m.new_session(opt->session).max_tokens();
-    const std::size_t ctx = std::min(*ctx_arg, model_ctx), stride = *stride_arg ? *stride_arg : ctx / 2;
-    if (ctx < 2) return fail(slm::make_error(slm::errc::invalid_argument, "the model's context of ", model_ctx, " tokens is under 2"));
-    if (stride > ctx)
-      return usage_error(slm::cat("--stride ", stride, " exceeds the context of ", ctx, " tokens (the model's limit)"));
-    slm::compute_context cx{*pool};
-    cx.quantized_activations = opt->act;
-    slm::encode_options eo;
-    eo.add_special_tokens = true;
-    eo.parse_special = false;  // the text is data
-    const std::int32_t bos = t.specials().bos;
-    slm::score_options so;  // windows of ctx tokens every stride, each one batched prefill
-    so.ctx = ctx;
-    so.stride = stride;
-    so.vocab = V;
-    so.session = opt->session;
-    perplexity_tally total;
-    std::vector<perplexity_tally> per_doc;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const auto& [name, text] : *docs) {
-      if (total.score.tokens >= *budget) break;  // --max-tokens: whole documents only
-      auto enc = t.encode(text, eo);
-      if (!enc.ok()) return fail(std::move(enc).take_error().with_context(name));
-      std::vector<std::int32_t>& ids = *enc;
-      if (bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
-      perplexity_tally doc;
-      doc.name = name;
-      if (ids.size() >= 2) {
-        auto r = slm::score_tokens(m, ids, so, cx);
-        if (!r.ok()) return fail(std::move(r).take_error().with_context(name));
-        doc.score = *r;
-      }
-      doc.score.bytes = text.size();
-      total.score.add(doc.score);
-      per_doc.push_back(std::move(doc));
-      if (a.has("verbose")) std::printf("doc %s  %s\n", per_doc.back().line().c_str(), per_doc.back().name.c_str());
-    }
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (total.score.tokens == 0)
-      return fail(slm::make_error(slm::errc::invalid_argument, "nothing to predict: every document is a single token"));
-    std::printf("%s\n", total.line().c_str());
-    std::fprintf(stderr, "slm: %zu of %zu documents, ctx %zu, stride %zu, vocab %zu: %zu tokens in %.3f s (%.1f tok/s)\n",
-                 per_doc.size(), docs->size(), ctx, stride, V, total.score.tokens, seconds,
-                 seconds > 0 ? static_cast<double>(total.score.tokens) / seconds : 0.0);
-    if (!json_path.empty()) {
-      slm::json::value j = total.to_json();
-      j.set("model", slm::json::value(std::string(model)));
-      j.set("ctx", slm::json::value(ctx));
-      j.set("stride", slm::json::value(stride));
-      j.set("vocab", slm::json::value(V));
-      j.set("documents_scored", slm::json::value(per_doc.size()));
-      j.set("documents_total", slm::json::value(docs->size()));
-      slm::json::value& list = j.set("documents", slm::json::value::make_array());
-      for (const auto& d : per_doc) list.push_back(d.to_json());
-      const std::string text = slm::json::dump(j) + "\n";
-      if (auto s = slm::write_file_atomically(std::string(json_path), std::as_bytes(std::span(text.data(), text.size())));
-          !s.ok())
-        return fail(s);
-    }
-    return 0;
+  const slm::any_model& m = loaded->model;
+  const std::size_t V = std::min(t.vocab_size(), m.vocab());
+  const std::size_t model_ctx = m.new_session(opt->session).max_tokens();
+  const std::size_t ctx = std::min(*ctx_arg, model_ctx), stride = *stride_arg ? *stride_arg : ctx / 2;
+  if (ctx < 2) return fail(slm::make_error(slm::errc::invalid_argument, "the model's context of ", model_ctx, " tokens is under 2"));
+  if (stride > ctx)
+    return usage_error(slm::cat("--stride ", stride, " exceeds the context of ", ctx, " tokens (the model's limit)"));
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  slm::score_options so;  // windows of ctx tokens every stride, each one batched prefill
+  so.ctx = ctx;
+  so.stride = stride;
+  so.vocab = V;
+  so.session = opt->session;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto scores = slm::score_documents(m, t, *docs, so, *budget, cx, [&](const slm::document_score& d) {
+    if (a.has("verbose")) std::printf("doc %s  %s\n", score_line(d.score).c_str(), d.name.c_str());
   });
+  if (!scores.ok()) return fail(scores.error());
+  const slm::score_tally& total = scores->total;
+  const auto& per_doc = scores->documents;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (total.tokens == 0)
+    return fail(slm::make_error(slm::errc::invalid_argument, "nothing to predict: every document is a single token"));
+  std::printf("%s\n", score_line(total).c_str());
+  std::fprintf(stderr, "slm: %zu of %zu documents, ctx %zu, stride %zu, vocab %zu: %zu tokens in %.3f s (%.1f tok/s)\n",
+               per_doc.size(), docs->size(), ctx, stride, V, total.tokens, seconds,
+               seconds > 0 ? static_cast<double>(total.tokens) / seconds : 0.0);
+  if (!json_path.empty()) {
+    slm::json::value j = slm::to_json(total);
+    j.set("model", slm::json::value(std::string(model)));
+    j.set("ctx", slm::json::value(ctx));
+    j.set("stride", slm::json::value(stride));
+    j.set("vocab", slm::json::value(V));
+    j.set("documents_scored", slm::json::value(per_doc.size()));
+    j.set("documents_total", slm::json::value(docs->size()));
+    slm::json::value& list = j.set("documents", slm::json::value::make_array());
+    for (const auto& d : per_doc) list.push_back(slm::to_json(d.score, d.name));
+    const std::string text = slm::json::dump(j) + "\n";
+    if (auto s = slm::write_file_atomically(std::string(json_path), std::as_bytes(std::span(text.data(), text.size())));
+        !s.ok())
+      return fail(s);
+  }
+  return 0;
 }
 
 int cmd_quantize(const args& a) {
@@ -970,35 +785,6 @@ int cmd_quantize(const args& a) {
   return 0;
 }
 
-// slm bench --kernels: the matmul cases of bench/bench_matmul.cpp, one line each,
-// "FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
-// FORMAT is the weight format, suffixed _w4a8 (int8 activations) or _bf16act (bf16
-// activations) for the opt-in reduced-precision paths.
-// The weight bytes a decode step reads, estimated from the checkpoint: every tensor but
-// the input embedding table (one row of it is read), routed experts scaled by
-// top-k / experts. Norms and biases count; KV-cache reads do not (short contexts).
-std::uint64_t weight_bytes_per_token(const slm::checkpoint& ck) {
-  const slm::json::value& c = ck.config();
-  double experts = 0, top_k = 0;
-  for (const char* k : {"num_experts", "n_routed_experts", "num_local_experts", "num_moe_experts"})
-    if (c.find(k) && c[k].as_int64()) experts = static_cast<double>(*c[k].as_int64());
-  for (const char* k : {"num_experts_per_tok", "moe_router_topk"})
-    if (c.find(k) && c[k].as_int64()) top_k = static_cast<double>(*c[k].as_int64());
-  double total = 0;
-  for (std::size_t i = 0; i < ck.size(); ++i) {
-    const auto& t = ck.info(ck.tensors()[i]);
-    const double bytes = static_cast<double>(t.end - t.begin);
-    const std::string& n = t.name;
-    if (n.find("embed_tokens") != std::string::npos || n.find("word_embeddings") != std::string::npos ||
-        n.find("wte.") != std::string::npos || n.find("tok_embeddings") != std::string::npos ||
-        n.find("embeddings.weight") != std::string::npos)
-      continue;
-    const bool routed = n.find(".experts.") != std::string::npos && n.find("shared") == std::string::npos;
-    total += routed && experts > 0 && top_k > 0 ? bytes * top_k / experts : bytes;
-  }
-  return static_cast<std::uint64_t>(total);
-}
-
 // slm bench --model DIR: prefill and decode speed of one session on this machine, and
 // the decode step's weight traffic against the read-bandwidth probe of the same run.
 int cmd_bench_model(const args& a) {
@@ -1010,40 +796,28 @@ int cmd_bench_model(const args& a) {
   if (!ng.ok()) return usage_error(ng.error().message());
   auto opt = parse_run_options(a);
   if (!opt.ok()) return usage_error(opt.error().message());
-  return with_model(a.get("model"), load_options(a), [&](const auto& m) -> int {
-    const std::uint64_t bytes_per_token = weight_bytes_per_token(m.weights());
-    const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
-    const std::size_t V = m.vocab();
-    std::vector<std::int32_t> ids(*np);
-    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
-    slm::compute_context cx{*pool};
-    cx.quantized_activations = opt->act;
-    slm::session_options so = opt->session;
-    so.max_tokens = std::max(so.max_tokens, *np + *ng + 1);
-    auto session = m.new_session(so);
-    std::vector<float> logits(V);
-    const auto t0 = std::chrono::steady_clock::now();
-    if (auto s = session.forward(ids, 1, logits.data(), cx); !s.ok()) return fail(s);
-    const auto t1 = std::chrono::steady_clock::now();
-    for (std::size_t i = 0; i < *ng; ++i) {
-      const auto next = static_cast<std::int32_t>(slm::row_argmax(std::span<const float>(logits.data(), V)));
-      if (auto s = session.forward(std::span(&next, 1), 1, logits.data(), cx); !s.ok()) return fail(s);
-    }
-    const auto t2 = std::chrono::steady_clock::now();
-    const double pre = std::chrono::duration<double>(t1 - t0).count(), dec = std::chrono::duration<double>(t2 - t1).count();
-    const double dec_tps = static_cast<double>(*ng) / dec;
-    std::printf("probe read_bandwidth: %.1f GB/s, threads: %zu\n", probe.read_bytes_per_s / 1e9, probe.threads);
-    std::printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", *np, pre, static_cast<double>(*np) / pre);
-    std::printf("decode: %zu tokens in %.3f s = %.1f tok/s\n", *ng, dec, dec_tps);
-    std::printf("weights read per decode token: %s (estimate: all but the embedding table, routed experts x top-k/E)\n",
-                human_bytes(bytes_per_token).c_str());
-    std::printf("decode weight traffic: %.2f GB/s = %.3f of the read-bandwidth probe\n",
-                static_cast<double>(bytes_per_token) * dec_tps / 1e9,
-                static_cast<double>(bytes_per_token) * dec_tps / probe.read_bytes_per_s);
-    return 0;
-  });
+  auto m = slm::any_model::load(std::filesystem::path{std::string(a.get("model"))}, load_options(a));
+  if (!m.ok()) return fail(m.error());
+  const std::uint64_t bytes_per_token = slm::decode_weight_bytes(m->weights());
+  const slm::probe_result probe = slm::measure_probes(*pool, std::size_t{256} << 20);
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = opt->act;
+  auto r = slm::measure_throughput(*m, *np, *ng, opt->session, cx);
+  if (!r.ok()) return fail(r.error());
+  const double dec_tps = r->decode_tokens_per_s();
+  std::printf("probe read_bandwidth: %.1f GB/s, threads: %zu\n", probe.read_bytes_per_s / 1e9, probe.threads);
+  std::printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", *np, r->prefill_seconds, r->prefill_tokens_per_s());
+  std::printf("decode: %zu tokens in %.3f s = %.1f tok/s\n", *ng, r->decode_seconds, dec_tps);
+  std::printf("weights read per decode token: %s (estimate: all but the embedding table, routed experts x top-k/E)\n",
+              human_bytes(bytes_per_token).c_str());
+  std::printf("decode weight traffic: %.2f GB/s = %.3f of the read-bandwidth probe\n",
+              static_cast<double>(bytes_per_token) * dec_tps / 1e9,
+              static_cast<double>(bytes_per_token) * dec_tps / probe.read_bytes_per_s);
+  return 0;
 }
 
+// slm bench --kernels: the matmul cases of slm::kernel_bench_cases, one line each,
+// "LABEL OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
 int cmd_bench(const args& a) {
   if (a.has("model")) return cmd_bench_model(a);
   if (!a.has("kernels")) return usage_error("bench needs --kernels or --model DIR");
@@ -1059,50 +833,14 @@ int cmd_bench(const args& a) {
               "threads: %zu, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9, probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
-  struct shape { std::size_t n, k; };
-  const shape shapes[] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}};
-  const std::size_t tokens[] = {1, 16, 128, 512};
   const bool quick = a.has("quick");  // one shape, for tests
-  // W4A16 for every format, then the optional int8-activation path of the FP4 formats.
-  struct variant {
-    slm::weight_format format;
-    slm::activation_precision act;
-    const char* label;
-  };
-  const variant variants[] = {{slm::weight_format::nvfp4, slm::activation_precision::f32, "nvfp4"},
-                              {slm::weight_format::bf16, slm::activation_precision::f32, "bf16"},
-                              {slm::weight_format::mxfp4, slm::activation_precision::f32, "mxfp4"},
-                              {slm::weight_format::f32, slm::activation_precision::f32, "f32"},
-                              {slm::weight_format::nvfp4, slm::activation_precision::int8, "nvfp4_w4a8"},
-                              {slm::weight_format::mxfp4, slm::activation_precision::int8, "mxfp4_w4a8"},
-                              {slm::weight_format::nvfp4, slm::activation_precision::bf16, "nvfp4_bf16act"},
-                              {slm::weight_format::mxfp4, slm::activation_precision::bf16, "mxfp4_bf16act"},
-                              {slm::weight_format::bf16, slm::activation_precision::bf16, "bf16_bf16act"}};
-  // --only LABEL[,LABEL...]: just those variants (the labels printed first on each line).
-  const std::string_view only = a.get("only");
-  auto wanted = [&](std::string_view label) {
-    if (only.empty()) return true;
-    for (std::size_t b = 0; b <= only.size();) {
-      const std::size_t e = std::min(only.find(',', b), only.size());
-      if (only.substr(b, e - b) == label) return true;
-      b = e + 1;
-    }
-    return false;
-  };
-  for (const variant& v : variants) {
-    if (!wanted(v.label)) continue;
-    for (const shape& s : shapes) {
-      if (quick && (s.n != 2048)) continue;
-      for (std::size_t n_tok : tokens) {
-        if (quick && n_tok > 16) continue;
-        auto fig = slm::measure_kernel(v.format, s.n, s.k, n_tok, probe, *pool, quick ? 0.05 : 0.5,
-                                       quick ? std::size_t(0) : std::size_t(160) << 20, v.act);
-        if (!fig.ok()) return fail(fig.error());
-        std::printf("%s %s %zux%zu n=%zu: %.1f %s ratio=%.2f\n", v.label, n_tok == 1 ? "gemv" : "gemm", s.n, s.k, n_tok,
-                    fig->value, n_tok == 1 ? "GB/s" : "GFLOP/s", fig->ratio);
-        std::fflush(stdout);
-      }
-    }
+  for (const slm::kernel_case& c : slm::kernel_bench_cases(quick, a.get("only"))) {
+    auto fig = slm::measure_kernel(c.format, c.n, c.k, c.n_tok, probe, *pool, quick ? 0.05 : 0.5,
+                                   quick ? std::size_t(0) : std::size_t(160) << 20, c.act);
+    if (!fig.ok()) return fail(fig.error());
+    std::printf("%.*s %s %zux%zu n=%zu: %.1f %s ratio=%.2f\n", static_cast<int>(c.label.size()), c.label.data(),
+                c.n_tok == 1 ? "gemv" : "gemm", c.n, c.k, c.n_tok, fig->value, c.n_tok == 1 ? "GB/s" : "GFLOP/s", fig->ratio);
+    std::fflush(stdout);
   }
   return 0;
 }
@@ -1117,61 +855,31 @@ slm::result<slm::ensemble::strategy_kind> parse_strategy(std::string_view s) {
                          "speculative, not '", s, "'");
 }
 
-// Files under DIR/<label>/ for route --data: label, path.
-std::vector<std::pair<std::string, std::filesystem::path>> labeled_files(const std::filesystem::path& root) {
-  std::vector<std::pair<std::string, std::filesystem::path>> out;
-  std::error_code ec;
-  for (const auto& d : std::filesystem::directory_iterator(root, ec)) {
-    if (!d.is_directory(ec)) continue;
-    for (const auto& f : std::filesystem::directory_iterator(d.path(), ec))
-      if (f.is_regular_file(ec)) out.emplace_back(d.path().filename().string(), f.path());
-  }
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
 // slm ensemble route: where each file would go (and, with --data DIR/<domain>/FILES, the
 // router's accuracy per domain).
 int cmd_ensemble_route(const args& a, const slm::ensemble::ensemble& e, slm::compute_context& cx) {
-  std::vector<std::pair<std::string, std::filesystem::path>> files;
+  std::vector<slm::ensemble::labeled_file> files;
   if (a.has("data")) {
-    files = labeled_files(std::filesystem::path(std::string(a.get("data"))));
+    files = slm::ensemble::labeled_files(std::filesystem::path(std::string(a.get("data"))));
     if (files.empty()) return usage_error(slm::cat("--data ", a.get("data"), ": no files under DIR/<domain>/"));
   }
-  for (std::size_t i = 1; i < a.positional.size(); ++i) files.emplace_back("", std::filesystem::path(std::string(a.positional[i])));
+  for (std::size_t i = 1; i < a.positional.size(); ++i) files.push_back({"", std::filesystem::path(std::string(a.positional[i]))});
   if (files.empty()) return usage_error("ensemble route needs files (or --data DIR with DIR/<domain>/FILES)");
   const bool names = !a.has("content-only");
-  const auto& members = e.config().members;
-  std::vector<std::string> domains;
-  std::vector<std::size_t> right, total;
+  slm::ensemble::route_accuracy acc;
   for (const auto& [label, path] : files) {
     auto text = slm::read_text_file(path, std::size_t{64} << 20);
     if (!text.ok()) return fail(text.error());
     const std::string name = path.filename().string();
     auto d = e.route(slm::ensemble::route_request{*text, names ? std::string_view(name) : std::string_view{}}, cx);
     if (!d.ok()) return fail(std::move(d).take_error().with_context(path.string()));
-    const auto& m = members[d->best()];
+    const auto& m = e.config().members[d->best()];
     std::printf("%s -> %s (%s)\n", path.string().c_str(), m.name.c_str(), d->reason.c_str());
-    if (label.empty()) continue;
-    auto it = std::find(domains.begin(), domains.end(), label);
-    if (it == domains.end()) {
-      domains.push_back(label);
-      right.push_back(0);
-      total.push_back(0);
-      it = domains.end() - 1;
-    }
-    const std::size_t k = static_cast<std::size_t>(it - domains.begin());
-    ++total[k];
-    right[k] += m.domain == label;
+    if (!label.empty()) acc.add(label, m.domain == label);
   }
-  std::size_t all_right = 0, all = 0;
-  for (std::size_t k = 0; k < domains.size(); ++k) {
-    std::printf("accuracy %-8s %zu/%zu = %.3f\n", domains[k].c_str(), right[k], total[k],
-                static_cast<double>(right[k]) / static_cast<double>(total[k]));
-    all_right += right[k];
-    all += total[k];
-  }
-  if (all) std::printf("accuracy %-8s %zu/%zu = %.3f\n", "all", all_right, all, static_cast<double>(all_right) / static_cast<double>(all));
+  for (const auto& t : acc.labels) std::printf("accuracy %-8s %zu/%zu = %.3f\n", t.label.c_str(), t.right, t.total, t.rate());
+  if (acc.all.total)
+    std::printf("accuracy %-8s %zu/%zu = %.3f\n", "all", acc.all.right, acc.all.total, acc.all.rate());
   return 0;
 }
 
@@ -1190,69 +898,30 @@ int cmd_ensemble_train_router(const args& a) {
   return 0;
 }
 
-// slm ensemble calibrate: per-member temperatures (fit_temperature) and mixture weights
-// (EM) on held-out text, printed as the ensemble.json values to paste.
+// slm ensemble calibrate: per-member temperatures and mixture weights on held-out text
+// (slm::ensemble::calibrate), printed as the ensemble.json values to paste.
 int cmd_ensemble_calibrate(const args& a, const slm::ensemble::ensemble& e, slm::compute_context& cx) {
-  std::vector<std::filesystem::path> files;
-  if (a.has("data")) {  // round robin over the domains, so a token budget samples each alike
-    std::vector<std::vector<std::filesystem::path>> by_label;
-    std::string last;
-    for (auto& [label, path] : labeled_files(std::filesystem::path(std::string(a.get("data"))))) {
-      if (by_label.empty() || label != last) by_label.emplace_back(), last = label;
-      by_label.back().push_back(path);
-    }
-    for (std::size_t k = 0, added = 1; added; ++k) {
-      added = 0;
-      for (const auto& l : by_label)
-        if (k < l.size()) files.push_back(l[k]), ++added;
-    }
-  }
+  std::vector<std::filesystem::path> files;  // --data: round robin over the domains
+  if (a.has("data")) files = slm::ensemble::round_robin(slm::ensemble::labeled_files(std::string(a.get("data"))));
   for (std::size_t i = 1; i < a.positional.size(); ++i) files.emplace_back(std::string(a.positional[i]));
   if (files.empty()) return usage_error("ensemble calibrate needs held-out files (FILE... or --data DIR/<domain>/FILES)");
   auto cap = parse_count(a, "max-tokens", 2048);
   if (!cap.ok() || *cap < 2) return usage_error("--max-tokens needs an integer >= 2");
-  const auto& members = e.config().members;
-  std::vector<double> log_probs;  // [tokens, members] at each member's fitted temperature
-  std::size_t tokens = 0;
-  for (std::size_t i = 0; i < members.size(); ++i) {
-    auto held = e.members().acquire(i);
-    if (!held.ok()) return fail(held.error());
-    const slm::ensemble::member_ref m = (*held)->view();
-    slm::ensemble::heldout_rows rows;
-    rows.vocab = std::min(m.model->vocab(), m.tok->vocab_size());
-    // The same token budget per member: files in order, each file's ids, until the cap
-    // (members sharing a tokenizer then score exactly the same tokens).
-    for (const auto& f : files) {
-      if (rows.size() + 1 >= *cap) break;
-      auto text = slm::read_text_file(f, std::size_t{64} << 20);
-      if (!text.ok()) return fail(text.error());
-      auto ids = m.tok->encode(*text);
-      if (!ids.ok()) return fail(ids.error());
-      const std::size_t take = std::min(ids->size(), *cap - rows.size());
-      if (take < 2) continue;
-      if (auto st = rows.append(*m.model, std::span<const std::int32_t>(ids->data(), take), cx); !st.ok()) return fail(st);
-    }
-    auto fit = slm::ensemble::fit_temperature(rows);
-    if (!fit.ok()) return fail(fit.error());
+  auto c = slm::ensemble::calibrate(e, files, *cap, cx, [](const slm::ensemble::member_calibration& m) {
     std::printf("member %-8s temperature %.3f  (%zu tokens; NLL %.4f nats/token at T 1, %.4f at T %.3f%s)\n",
-                members[i].name.c_str(), fit->temperature, rows.size(), fit->nll_at_1, fit->nll, fit->temperature,
-                fit->at_bound ? ", at the search bound" : "");
-    if (i == 0) {
-      tokens = rows.size();
-      log_probs.assign(tokens * members.size(), 0.0);
-    }
-    if (rows.size() != tokens) {
-      std::printf("members tokenise the text differently (%zu vs %zu tokens): no mixture weights\n", rows.size(), tokens);
-      return 0;
-    }
-    rows.target_log_probs(fit->temperature, i, members.size(), log_probs);
+                m.name.c_str(), m.fit.temperature, m.tokens, m.fit.nll_at_1, m.fit.nll, m.fit.temperature,
+                m.fit.at_bound ? ", at the search bound" : "");
+  });
+  if (!c.ok()) return fail(c.error());
+  if (!c->weights) {
+    std::printf("members tokenise the text differently (%zu vs %zu tokens): no mixture weights\n",
+                c->members.back().tokens, c->members.front().tokens);
+    return 0;
   }
-  auto w = slm::ensemble::fit_mixture_weights(log_probs, members.size());
-  if (!w.ok()) return fail(w.error());
   std::printf("mixture weights (EM, calibrated members): mean log-likelihood %.4f nats/token\n  \"weights\": {",
-              w->mean_log_likelihood);
-  for (std::size_t i = 0; i < members.size(); ++i)
-    std::printf("%s\"%s\": %.4f", i ? ", " : "", members[i].name.c_str(), w->weights[i]);
+              c->weights->mean_log_likelihood);
+  for (std::size_t i = 0; i < c->members.size(); ++i)
+    std::printf("%s\"%s\": %.4f", i ? ", " : "", c->members[i].name.c_str(), c->weights->weights[i]);
   std::printf("}\n");
   return 0;
 }

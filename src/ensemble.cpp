@@ -18,3 +18,4 @@
 #include "slm/ensemble/vocab_align.hpp"
 #include "slm/ensemble/hidden_map.hpp"
 #include "slm/ensemble/ensemble.hpp"
+#include "slm/ensemble/heldout.hpp"

@@ -7,6 +7,8 @@
 #include "slm/io/mapped_file.hpp"
 #include "slm/io/safetensors.hpp"
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/checkpoint_weights.hpp"
+#include "slm/io/documents.hpp"
 #include "slm/io/shaped_tensor.hpp"
 #include "slm/io/config_reader.hpp"
 #include "slm/models/hf/config.hpp"

@@ -12,3 +12,5 @@
 #include "slm/generate/sampling.hpp"
 #include "slm/text/stop_strings.hpp"
 #include "slm/generate/generator.hpp"
+#include "slm/generate/scoring.hpp"
+#include "slm/generate/throughput.hpp"

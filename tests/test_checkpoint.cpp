@@ -1,12 +1,15 @@
 // Checkpoint directories: single file, sharded through an index, several files without
 // an index, optional JSON files, and the ways a directory can be broken.
 #include "slm/io/checkpoint.hpp"
+#include "slm/io/checkpoint_weights.hpp"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdio>
 #include <type_traits>
+#include <utility>
+#include <vector>
 
 #include "test_helpers.hpp"
 
@@ -314,4 +317,84 @@ TEST(Checkpoint, MappedWeightsDetectAChangedFile) {
   EXPECT_TRUE(fails_with(ck2->check_unchanged(), errc::io_error, {"replaced by another file since it was mapped"}));
   std::filesystem::remove(m.weights());
   EXPECT_TRUE(fails_with(ck2->check_unchanged(), errc::io_error, {"removed since it was mapped"}));
+}
+
+// weight_totals (slm/io/checkpoint_weights.hpp): tensors, elements and bytes in all and per
+// dtype, the same from a checkpoint as from its tensor list.
+TEST(CheckpointWeights, TotalsPerDtype) {
+  slm_test::temp_dir tmp("totals");
+  static const std::vector<float> f(6, 1.0f);
+  static const std::vector<std::uint16_t> h(8, 0);
+  slm::safetensors::writer w;
+  ASSERT_TRUE(w.add("a", dtype::f32, slm::shape{2, 3}, std::as_bytes(std::span(f))).ok());
+  ASSERT_TRUE(w.add("b", dtype::bf16, slm::shape{8}, std::as_bytes(std::span(h))).ok());
+  ASSERT_TRUE(w.add("c", dtype::f32, slm::shape{1}, std::as_bytes(std::span(f).first(1))).ok());
+  ASSERT_TRUE(w.write(tmp / "model.safetensors").ok());
+  ASSERT_TRUE(write_file(tmp / "config.json", std::string_view(kConfig)));
+  auto ck = slm::checkpoint::open(tmp.path());
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  const slm::weight_totals t = slm::weight_totals::of(*ck);
+  EXPECT_EQ(t.all.tensors, 3u);
+  EXPECT_EQ(t.all.elements, 15u);
+  EXPECT_EQ(t.all.bytes, 6u * 4 + 8 * 2 + 4);
+  ASSERT_EQ(t.by_dtype.size(), 2u);
+  EXPECT_EQ(t.by_dtype.at("F32").tensors, 2u);
+  EXPECT_EQ(t.by_dtype.at("F32").elements, 7u);
+  EXPECT_EQ(t.by_dtype.at("F32").bytes, 28u);
+  EXPECT_EQ(t.by_dtype.at("BF16").bytes, 16u);
+  const slm::weight_totals u = slm::weight_totals::of(ck->shards()[0].tensors());
+  EXPECT_EQ(u.all.bytes, t.all.bytes);
+  EXPECT_EQ(u.by_dtype.at("BF16").elements, 8u);
+}
+
+// decode_weight_bytes: every tensor but the embedding table, routed experts at top-k / E
+// (shared experts whole); without an MoE config every expert counts whole.
+TEST(CheckpointWeights, DecodeBytesScaleRoutedExperts) {
+  slm_test::temp_dir tmp("decode");
+  static const std::vector<float> x(16, 0.5f);  // 64 bytes
+  auto write = [&](const char* config) {
+    slm::safetensors::writer w;
+    for (const char* n : {"model.embed_tokens.weight", "model.layers.0.mlp.experts.0.up.weight",
+                          "model.layers.0.mlp.experts.1.up.weight", "model.layers.0.mlp.shared_expert.up.weight",
+                          "model.norm.weight", "lm_head.weight"})
+      EXPECT_TRUE(w.add(n, dtype::f32, slm::shape{16}, std::as_bytes(std::span(x))).ok());
+    EXPECT_TRUE(w.write(tmp / "model.safetensors").ok());
+    EXPECT_TRUE(write_file(tmp / "config.json", std::string_view(config)));
+    auto ck = slm::checkpoint::open(tmp.path());
+    EXPECT_TRUE(ck.ok()) << ck.error().message();
+    return ck.ok() ? slm::decode_weight_bytes(*ck) : 0;
+  };
+  // 2 routed experts of 64 bytes at top-1 of 4 experts: 2 * 64 / 4; shared, norm, head: 3 * 64.
+  EXPECT_EQ(write(R"({"model_type": "x", "num_experts": 4, "num_experts_per_tok": 1})"), 32u + 192u);
+  EXPECT_EQ(write(R"({"model_type": "x", "n_routed_experts": 2, "moe_router_topk": 2})"), 128u + 192u);
+  EXPECT_EQ(write(kConfig), 128u + 192u);
+}
+
+// prefetch_weights reads a mapped checkpoint's pages once, reporting progress that rises to
+// (total, total); weights read into memory are already there: 0 and no report.
+TEST(CheckpointWeights, PrefetchMappedWeights) {
+  slm_test::temp_dir tmp("prefetch");
+  write_shard(tmp / "model-00001-of-00002.safetensors", {"a", "b"}, 0);
+  write_shard(tmp / "model-00002-of-00002.safetensors", {"c"}, 10);
+  ASSERT_TRUE(write_file(tmp / "config.json", std::string_view(kConfig)));
+  slm::checkpoint_options o;
+  o.weights = slm::load_mode::map;
+  auto mapped = slm::checkpoint::open(tmp.path(), o);
+  ASSERT_TRUE(mapped.ok()) << mapped.error().message();
+  std::uint64_t shard_bytes = 0;
+  for (const auto& f : mapped->shards()) shard_bytes += f.bytes().size();
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> calls;
+  EXPECT_EQ(slm::prefetch_weights(*mapped, [&](std::uint64_t d, std::uint64_t t) { calls.emplace_back(d, t); }), shard_bytes);
+  ASSERT_FALSE(calls.empty());
+  EXPECT_EQ(calls.back(), std::make_pair(shard_bytes, shard_bytes));
+  for (std::size_t i = 1; i < calls.size(); ++i) {
+    EXPECT_LE(calls[i - 1].first, calls[i].first);
+    EXPECT_EQ(calls[i].second, shard_bytes);
+  }
+  EXPECT_EQ(slm::prefetch_weights(*mapped), shard_bytes);  // no callback: still read
+  auto read = slm::checkpoint::open(tmp.path());
+  ASSERT_TRUE(read.ok());
+  calls.clear();
+  EXPECT_EQ(slm::prefetch_weights(*read, [&](std::uint64_t d, std::uint64_t t) { calls.emplace_back(d, t); }), 0u);
+  EXPECT_TRUE(calls.empty());
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "slm/ensemble/ensemble.hpp"
+#include "slm/ensemble/heldout.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -749,6 +750,92 @@ TEST(Ensemble, BadConfigsAreErrors) {
   ASSERT_TRUE(e1.ok()) << e1.message();
   f32_context c;
   EXPECT_TRUE(fails_with(e1->run(make_request(cpp_prompt), c.cx), errc::invalid_argument, {"top2: the ensemble has one member"}));
+}
+
+}  // namespace
+
+namespace {
+
+// ensemble/heldout.hpp: the DIR/<domain>/FILES layout, sorted, and taken a domain in turn.
+TEST(EnsembleHeldout, LabeledFilesInRoundRobin) {
+  const std::vector<labeled_file> files = labeled_files(heldout_dir);
+  ASSERT_EQ(files.size(), 60u);
+  EXPECT_TRUE(std::is_sorted(files.begin(), files.end()));
+  for (const labeled_file& f : files) EXPECT_EQ(f.path.parent_path().filename().string(), f.label) << f.path;
+  const std::vector<fs::path> order = round_robin(files);
+  ASSERT_EQ(order.size(), 60u);
+  // Sorted labels cmake, cpp, shell (20 files each): cmake 0, cpp 0, shell 0, cmake 1, ...
+  for (std::size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], files[(i % 3) * 20 + i / 3].path) << i;
+  const std::vector<labeled_file> uneven = {{"a", "a/1"}, {"a", "a/2"}, {"a", "a/3"}, {"b", "b/1"}};
+  EXPECT_EQ(round_robin(uneven), (std::vector<fs::path>{"a/1", "b/1", "a/2", "a/3"}));
+  EXPECT_TRUE(labeled_files(heldout_dir / "no-such-dir").empty());
+}
+
+TEST(EnsembleHeldout, RouteAccuracyTallies) {
+  slm::ensemble::route_accuracy acc;
+  acc.add("cpp", true);
+  acc.add("cmake", false);
+  acc.add("cpp", false);
+  acc.add("cpp", true);
+  ASSERT_EQ(acc.labels.size(), 2u);
+  EXPECT_EQ(acc.labels[0].label, "cpp");  // the order first seen
+  EXPECT_EQ(acc.labels[0].right, 2u);
+  EXPECT_EQ(acc.labels[0].total, 3u);
+  EXPECT_EQ(acc.labels[1].label, "cmake");
+  EXPECT_EQ(acc.labels[1].rate(), 0.0);
+  EXPECT_EQ(acc.all.label, "all");
+  EXPECT_EQ(acc.all.right, 2u);
+  EXPECT_EQ(acc.all.total, 4u);
+  EXPECT_EQ(acc.all.rate(), 0.5);
+  EXPECT_EQ(slm::ensemble::route_accuracy{}.all.rate(), 0.0);
+}
+
+// calibrate: each member's temperature fitted on the same held-out rows a caller would
+// build (the first member's checked by hand), then mixture weights over all of them (the
+// shipped members share a tokenizer).
+TEST(EnsembleHeldout, CalibrateFitsEachMemberThenTheWeights) {
+  REQUIRE_MODELS();
+  f32_context c;
+  const ensemble& e = shipped();
+  const std::vector<fs::path> files = round_robin(labeled_files(heldout_dir));
+  constexpr std::size_t cap = 96;
+  std::vector<std::string> seen;
+  auto r = calibrate(e, files, cap, c.cx, [&](const member_calibration& m) { seen.push_back(m.name); });
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_EQ(r->members.size(), e.config().members.size());
+  for (std::size_t i = 0; i < r->members.size(); ++i) {
+    EXPECT_EQ(r->members[i].name, e.config().members[i].name);
+    EXPECT_EQ(r->members[i].tokens, r->members[0].tokens);
+    EXPECT_GT(r->members[i].fit.temperature, 0.0);
+  }
+  EXPECT_EQ(seen.size(), r->members.size());
+  EXPECT_LE(r->members[0].tokens, cap);
+  EXPECT_GT(r->members[0].tokens, cap / 2);
+  ASSERT_TRUE(r->weights.has_value());
+  ASSERT_EQ(r->weights->weights.size(), r->members.size());
+  double sum = 0;
+  for (double w : r->weights->weights) sum += w;
+  EXPECT_NEAR(sum, 1.0, 1e-9);
+
+  auto held = e.members().acquire(0);
+  ASSERT_TRUE(held.ok());
+  const member_ref m = (*held)->view();
+  heldout_rows rows;
+  rows.vocab = std::min(m.model->vocab(), m.tok->vocab_size());
+  for (const fs::path& f : files) {
+    if (rows.size() + 1 >= cap) break;
+    auto ids = m.tok->encode(read_file(f));
+    ASSERT_TRUE(ids.ok());
+    const std::size_t take = std::min(ids->size(), cap - rows.size());
+    if (take >= 2) ASSERT_TRUE(rows.append(*m.model, std::span<const std::int32_t>(ids->data(), take), c.cx).ok());
+  }
+  auto fit = fit_temperature(rows);
+  ASSERT_TRUE(fit.ok());
+  EXPECT_EQ(r->members[0].tokens, rows.size());
+  EXPECT_EQ(r->members[0].fit.temperature, fit->temperature);
+  EXPECT_EQ(r->members[0].fit.nll, fit->nll);
+
+  EXPECT_TRUE(fails_with(calibrate(e, files, 1, c.cx), errc::invalid_argument, {"budget"}));
 }
 
 }  // namespace

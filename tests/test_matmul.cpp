@@ -14,6 +14,7 @@
 // absolute term covers products that underflow (E8M0 scale 2^-127).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "slm/core/cpu.hpp"
+#include "slm/kernels/kernel_bench.hpp"
 #include "slm/kernels/matmul.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/core/parallel.hpp"
@@ -482,3 +484,39 @@ TEST(Matmul, Fp8NanCodes) {
 }
 
 }  // namespace
+
+// kernel_bench_cases (slm/kernels/kernel_bench.hpp): every variant on every shape at every
+// token count, in print order; --quick's one shape and two counts; --only's labels.
+TEST(KernelBench, CasesInPrintOrder) {
+  const std::vector<slm::kernel_case> all = slm::kernel_bench_cases();
+  ASSERT_EQ(all.size(), 9u * 4 * 4);
+  EXPECT_EQ(all.front().label, "nvfp4");
+  EXPECT_EQ(all.front().format, weight_format::nvfp4);
+  EXPECT_EQ(all.front().act, slm::activation_precision::f32);
+  EXPECT_EQ(all.front().n, 4096u);
+  EXPECT_EQ(all.front().k, 4096u);
+  EXPECT_EQ(all.front().n_tok, 1u);
+  EXPECT_EQ(all[1].n_tok, 16u);
+  EXPECT_EQ(all[4].k, 14336u);  // the second shape after the four token counts
+  EXPECT_EQ(all.back().label, "bf16_bf16act");
+  EXPECT_EQ(all.back().act, slm::activation_precision::bf16);
+  EXPECT_EQ(all.back().n, 2048u);
+  EXPECT_EQ(all.back().n_tok, 512u);
+  const auto w4a8 = std::find_if(all.begin(), all.end(), [](const slm::kernel_case& c) { return c.label == "mxfp4_w4a8"; });
+  ASSERT_NE(w4a8, all.end());
+  EXPECT_EQ(w4a8->format, weight_format::mxfp4);
+  EXPECT_EQ(w4a8->act, slm::activation_precision::int8);
+
+  const std::vector<slm::kernel_case> quick = slm::kernel_bench_cases(true);
+  ASSERT_EQ(quick.size(), 9u * 2);
+  for (const auto& c : quick) {
+    EXPECT_EQ(c.n, 2048u);
+    EXPECT_EQ(c.k, 8192u);
+    EXPECT_LE(c.n_tok, 16u);
+  }
+  const std::vector<slm::kernel_case> only = slm::kernel_bench_cases(true, "f32,nvfp4_bf16act");
+  ASSERT_EQ(only.size(), 4u);
+  EXPECT_EQ(only[0].label, "f32");  // print order, not the order asked
+  EXPECT_EQ(only[2].label, "nvfp4_bf16act");
+  EXPECT_TRUE(slm::kernel_bench_cases(false, "nvfp").empty());  // whole labels only
+}

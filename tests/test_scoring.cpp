@@ -1,4 +1,6 @@
-// Scoring (slm/generate/scoring.hpp) and loading any model directory (slm/models/load.hpp).
+// Scoring (slm/generate/scoring.hpp), the documents it reads (slm/io/documents.hpp), the
+// logits of a sequence (slm/models/sequence_logits.hpp) and loading any model directory
+// (slm/models/load.hpp).
 //
 // The oracle for scoring is transformers' own logits: tests/data/oracle/hf/qwen2's
 // logits_full (Qwen2ForCausalLM in float32 from the stored bf16 weights). The NLL of the
@@ -18,8 +20,11 @@
 #include <vector>
 
 #include "slm/generate/scoring.hpp"
+#include "slm/generate/throughput.hpp"
+#include "slm/io/documents.hpp"
 #include "slm/io/safetensors.hpp"
 #include "slm/models/load.hpp"
+#include "slm/models/sequence_logits.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -151,6 +156,56 @@ TEST(Scoring, OneWindowMatchesTransformersLogits) {
 
 // Windows of ctx tokens every stride tokens: each window is a fresh session, so its rows are
 // those of a forward over just that window. The reference does exactly that, by hand.
+// sequence_logits: full mode is one forward over the sequence (its rows are transformers'
+// logits_full, within the 1e-4 of the scoring test above per row maximum); incremental
+// mode's first P rows are the forward over the first P ids, and the rest the KV-cached
+// steps, which agree with the full rows to rounding. Bad prefills and a sequence past the
+// context are errors.
+TEST(SequenceLogits, FullAndIncrementalRows) {
+  const qwen2_oracle g = read_oracle();
+  auto m = slm::any_model::load(slm_test::test_data("oracle/hf/qwen2"));
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  const std::size_t T = g.ids.size(), V = m->vocab();
+  ASSERT_EQ(V, g.V);
+  auto full = slm::sequence_logits(*m, g.ids, {}, cx);
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  ASSERT_EQ(full->size(), T * V);
+  std::vector<float> by_hand(T * V);
+  auto session = m->new_session();
+  ASSERT_TRUE(session.forward(g.ids, T, by_hand.data(), cx).ok());  // [T] ids -> [T, V]
+  EXPECT_TRUE(std::equal(by_hand.begin(), by_hand.end(), full->data()));
+  float worst = 0, scale = 0;
+  for (std::size_t i = 0; i < T * V; ++i) {
+    worst = std::max(worst, std::fabs(full->data()[i] - g.logits[i]));
+    scale = std::max(scale, std::fabs(g.logits[i]));
+  }
+  EXPECT_LE(worst, 1e-4f * scale);
+
+  const std::size_t P = 3;
+  slm::sequence_logits_options o;
+  o.mode = slm::logits_mode::incremental;
+  o.prefill = P;
+  auto inc = slm::sequence_logits(*m, g.ids, o, cx);
+  ASSERT_TRUE(inc.ok()) << inc.error().message();
+  std::vector<float> first(P * V);
+  auto s2 = m->new_session();
+  ASSERT_TRUE(s2.forward(std::span(g.ids).first(P), P, first.data(), cx).ok());
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), inc->data()));
+  float step_worst = 0;
+  for (std::size_t i = P * V; i < T * V; ++i) step_worst = std::max(step_worst, std::fabs(inc->data()[i] - full->data()[i]));
+  EXPECT_LE(step_worst, 1e-4f * scale);
+
+  o.prefill = 0;
+  EXPECT_TRUE(slm_test::fails_with(slm::sequence_logits(*m, g.ids, o, cx), slm::errc::invalid_argument, {"prefill 0"}));
+  o.prefill = T + 1;
+  EXPECT_TRUE(slm_test::fails_with(slm::sequence_logits(*m, g.ids, o, cx), slm::errc::invalid_argument, {"prefill"}));
+  slm::sequence_logits_options short_ctx;
+  short_ctx.session.max_tokens = T - 1;
+  EXPECT_TRUE(slm_test::fails_with(slm::sequence_logits(*m, g.ids, short_ctx, cx), slm::errc::out_of_range,
+                                   {"exceed the context of"}));
+}
+
 TEST(Scoring, WindowsAreFreshSessions) {
   const qwen2_oracle g = read_oracle();
   auto m = slm::any_model::load(slm_test::test_data("oracle/hf/qwen2"));
@@ -187,6 +242,128 @@ TEST(Scoring, WindowsAreFreshSessions) {
   slm::score_options cold;
   cold.scale = 0;
   EXPECT_TRUE(slm_test::fails_with(slm::score_tokens(*m, g.ids, cold, cx), slm::errc::invalid_argument, {"scale"}));
+}
+
+// read_documents: files in the order given, a directory as its regular files (recursively)
+// sorted by path; an empty document, an empty directory or a missing file is an error.
+TEST(Documents, FilesAndDirectoriesInOrder) {
+  slm_test::temp_dir tmp("docs");
+  std::filesystem::create_directories(tmp / "dir" / "sub");
+  ASSERT_TRUE(slm_test::write_file(tmp / "one.txt", std::string_view("first")));
+  ASSERT_TRUE(slm_test::write_file(tmp / "dir" / "b.txt", std::string_view("bee")));
+  ASSERT_TRUE(slm_test::write_file(tmp / "dir" / "a.txt", std::string_view("ay")));
+  ASSERT_TRUE(slm_test::write_file(tmp / "dir" / "sub" / "c.txt", std::string_view("sea")));
+  const std::vector<std::filesystem::path> paths = {tmp / "one.txt", tmp / "dir"};
+  auto docs = slm::read_documents(paths);
+  ASSERT_TRUE(docs.ok()) << docs.error().message();
+  ASSERT_EQ(docs->size(), 4u);
+  const std::vector<std::pair<std::filesystem::path, std::string>> want = {
+      {tmp / "one.txt", "first"}, {tmp / "dir" / "a.txt", "ay"}, {tmp / "dir" / "b.txt", "bee"}, {tmp / "dir" / "sub" / "c.txt", "sea"}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ((*docs)[i].name, want[i].first.string()) << i;
+    EXPECT_EQ((*docs)[i].text, want[i].second) << i;
+  }
+  ASSERT_TRUE(slm_test::write_file(tmp / "empty.txt", std::string_view("")));
+  const std::vector<std::filesystem::path> empty = {tmp / "empty.txt"};
+  EXPECT_TRUE(slm_test::fails_with(slm::read_documents(empty), slm::errc::invalid_argument, {"empty.txt", "empty document"}));
+  std::filesystem::create_directories(tmp / "none");
+  const std::vector<std::filesystem::path> none = {tmp / "none"};
+  EXPECT_TRUE(slm_test::fails_with(slm::read_documents(none), slm::errc::invalid_argument, {"no files in the directory"}));
+  const std::vector<std::filesystem::path> missing = {tmp / "missing.txt"};
+  EXPECT_FALSE(slm::read_documents(missing).ok());
+}
+
+// score_text is score_tokens over the tokenizer's encoding with BOS prepended (if the
+// tokenizer has one), over the tokenizer's rows, and bytes the text's; score_documents
+// adds them up, stops at a document boundary once max_tokens are scored, and names a
+// failing document; to_json carries the figures.
+TEST(Scoring, TextsAndDocumentsAsThePerplexityCommand) {
+  auto m = slm::load(std::filesystem::path(SLM_MODELS_DIR) / "nam56r-cpp-14m");
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  ASSERT_TRUE(m->tok.has_value());
+  const slm::tokenizer& t = *m->tok;
+  slm::compute_context cx{slm_test::the_pools().p2};
+  cx.quantized_activations = slm::activation_precision::f32;
+  const std::vector<slm::document> docs = {{"a.cpp", "int main() {\n  return 0;\n}\n"},
+                                           {"b.cpp", "#include <vector>\nstd::vector<int> v;\n"},
+                                           {"c.cpp", "// a comment\n"}};
+  slm::score_options o;
+  o.ctx = 8;
+  o.stride = 4;
+  std::vector<slm::score_tally> by_hand;
+  for (const auto& d : docs) {
+    slm::encode_options eo;
+    eo.parse_special = false;
+    auto ids = t.encode(d.text, eo);
+    ASSERT_TRUE(ids.ok());
+    if (t.specials().bos >= 0 && (ids->empty() || ids->front() != t.specials().bos)) ids->insert(ids->begin(), t.specials().bos);
+    slm::score_options ov = o;
+    ov.vocab = t.vocab_size();
+    auto r = slm::score_tokens(m->model, *ids, ov, cx);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    r->bytes = d.text.size();
+    EXPECT_EQ(r->tokens, ids->size() - 1);
+    auto got = slm::score_text(m->model, t, d.text, o, cx);
+    ASSERT_TRUE(got.ok()) << got.error().message();
+    EXPECT_EQ(got->tokens, r->tokens);
+    EXPECT_EQ(got->top1, r->top1);
+    EXPECT_EQ(got->bytes, d.text.size());
+    EXPECT_NEAR(got->nll, r->nll, 1e-9 * r->nll);
+    by_hand.push_back(*r);
+  }
+  std::vector<std::string> seen;
+  auto all = slm::score_documents(m->model, t, docs, o, std::numeric_limits<std::size_t>::max(), cx,
+                                  [&](const slm::document_score& d) { seen.push_back(d.name); });
+  ASSERT_TRUE(all.ok()) << all.error().message();
+  EXPECT_EQ(seen, (std::vector<std::string>{"a.cpp", "b.cpp", "c.cpp"}));
+  ASSERT_EQ(all->documents.size(), 3u);
+  slm::score_tally sum;
+  for (const auto& s : by_hand) sum.add(s);
+  EXPECT_EQ(all->total.tokens, sum.tokens);
+  EXPECT_EQ(all->total.bytes, sum.bytes);
+  EXPECT_NEAR(all->total.nll, sum.nll, 1e-12 * sum.nll);
+  // A budget the first document reaches: the rest are skipped whole.
+  auto first = slm::score_documents(m->model, t, docs, o, by_hand[0].tokens, cx);
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->documents.size(), 1u);
+  EXPECT_EQ(first->total.tokens, by_hand[0].tokens);
+  EXPECT_EQ(first->total.bytes, docs[0].text.size());
+  auto two = slm::score_documents(m->model, t, docs, o, by_hand[0].tokens + 1, cx);
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(two->documents.size(), 2u);
+  // Errors name the document.
+  slm::score_options bad = o;
+  bad.scale = -1;
+  EXPECT_TRUE(slm_test::fails_with(slm::score_documents(m->model, t, docs, bad, 100, cx), slm::errc::invalid_argument,
+                                   {"a.cpp", "scale"}));
+
+  const slm::json::value j = slm::to_json(all->documents[1].score, "b.cpp");
+  EXPECT_EQ(j["name"].as_string(), "b.cpp");
+  EXPECT_EQ(j["tokens"].as_uint64().value_or(0), by_hand[1].tokens);
+  EXPECT_EQ(j["bytes"].as_uint64().value_or(0), docs[1].text.size());
+  EXPECT_EQ(j["nll_sum"].as_double(), all->documents[1].score.nll);
+  EXPECT_EQ(j["bits_per_byte"].as_double(), all->documents[1].score.bits_per_byte());
+  EXPECT_EQ(j["top1_correct"].as_uint64().value_or(99999), by_hand[1].top1);
+  EXPECT_EQ(j["ppl"].as_double(), all->documents[1].score.perplexity());
+  EXPECT_EQ(slm::to_json(all->total).find("name"), nullptr);  // no name: no key
+}
+
+// measure_throughput: the prompt's forward and one forward per greedy step, counted and
+// timed, over the session interface any_model gives.
+TEST(Throughput, CountsAndTimesPrefillAndDecode) {
+  auto m = slm::any_model::load(slm_test::test_data("oracle/hf/qwen2"));
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  slm::compute_context cx{slm_test::the_pools().p2};
+  auto r = slm::measure_throughput(*m, 12, 5, {}, cx);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->prompt_tokens, 12u);
+  EXPECT_EQ(r->generated, 5u);
+  EXPECT_GT(r->prefill_seconds, 0.0);
+  EXPECT_GT(r->decode_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(r->decode_tokens_per_s(), 5.0 / r->decode_seconds);
+  EXPECT_DOUBLE_EQ(r->prefill_tokens_per_s(), 12.0 / r->prefill_seconds);
+  EXPECT_EQ(slm::throughput{}.decode_tokens_per_s(), 0.0);
+  EXPECT_TRUE(slm_test::fails_with(slm::measure_throughput(*m, 0, 5, {}, cx), slm::errc::invalid_argument, {"0 tokens"}));
 }
 
 TEST(Load, SamplingFromGenerationConfig) {

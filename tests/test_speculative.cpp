@@ -7,13 +7,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <vector>
 
 #include "slm/models/nam56r/model.hpp"
 #include "slm/generate/sampling.hpp"
+#include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -431,3 +434,91 @@ TEST(Speculative, SampledMtpDrawsExactlyFromTheMainModel) {
   std::printf("[ figures  ] chi2 %.1f (main) vs %.1f (draft), %zu of %zu drafts accepted\n", right, wrong, st.accepted,
               st.drafted);
 }
+
+namespace {
+
+// generate_mtp is generation as generator::generate gives it, drafted: on the bundled
+// NAM56R specialist (one MTP depth, its tokenizer) greedy generate_mtp gives plain greedy's
+// tokens and text, cut by a stop string taken from that text and by a stop token taken
+// from those tokens exactly where plain generation cuts them.
+TEST(Speculative, GenerateMtpCutsAsTheGenerator) {
+  const std::filesystem::path dir = std::filesystem::path(SLM_MODELS_DIR) / "nam56r-cpp-14m";
+  auto m = slm::nam56r_model::load(dir);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  auto tok = slm::tokenizer::load_dir(dir);
+  ASSERT_TRUE(tok.ok()) << tok.error().message();
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  cx.quantized_activations = slm::activation_precision::f32;
+  const std::size_t V = m->vocab();
+  auto prompt = tok->encode("int main() {");
+  ASSERT_TRUE(prompt.ok());
+  slm::sampler_config sc;
+  sc.temperature = 0.0f;
+  sc.vocab_size = std::min(V, tok->vocab_size());
+  auto plain = [&](const slm::generation_options& go) {
+    slm::generator<slm::nam56r_model::session> gen(m->new_session(), &*tok, V, sc);
+    EXPECT_TRUE(gen.prefill(*prompt, cx).ok());
+    auto r = gen.generate(go, cx);
+    EXPECT_TRUE(r.ok()) << r.error().message();
+    return r.ok() ? *r : slm::generation_result{};
+  };
+  auto drafted = [&](const slm::generation_options& go, const slm::tokenizer* t) {
+    slm::session_options o;
+    o.rollback_tokens = 1;
+    auto s = m->new_session(o);
+    slm::sampler smp(sc);
+    return slm::generate_mtp(s, *prompt, 1, V, smp, go, t, cx);
+  };
+  slm::generation_options go;
+  go.max_new_tokens = 24;
+  const slm::generation_result ref = plain(go);
+  ASSERT_EQ(ref.tokens.size(), 24u);
+  auto r = drafted(go, &*tok);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->tokens, ref.tokens);
+  EXPECT_EQ(r->text, ref.text);
+  EXPECT_GT(r->stats.drafted, 0u);
+
+  slm::generation_options cut = go;
+  cut.stop_strings = {ref.text.substr(ref.text.size() / 2, 2)};
+  const slm::generation_result ref_cut = plain(cut);
+  ASSERT_LT(ref_cut.text.size(), ref.text.size());
+  r = drafted(cut, &*tok);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->text, ref_cut.text);
+  EXPECT_EQ(r->tokens, ref_cut.tokens);
+
+  slm::generation_options eos = go;
+  eos.stop_tokens = {ref.tokens[5]};
+  const slm::generation_result ref_eos = plain(eos);
+  r = drafted(eos, &*tok);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->tokens, ref_eos.tokens);
+  EXPECT_EQ(r->text, ref_eos.text);
+  EXPECT_LE(r->tokens.size(), 5u);
+
+  // No tokenizer: tokens only; stop strings then need one.
+  r = drafted(go, nullptr);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  EXPECT_EQ(r->tokens, ref.tokens);
+  EXPECT_TRUE(r->text.empty());
+  EXPECT_TRUE(slm_test::fails_with(drafted(cut, nullptr), slm::errc::invalid_argument, {"stop strings need a tokenizer"}));
+}
+
+// apply_stop_rules without a tokenizer: up to the first stop token, no text.
+TEST(Speculative, ApplyStopRulesCutsAtTheFirstStopToken) {
+  slm::generation_options go;
+  go.stop_tokens = {2, 9};
+  const std::vector<std::int32_t> ids = {5, 6, 7, 9, 8, 2};
+  auto r = slm::apply_stop_rules(ids, go, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, (std::vector<std::int32_t>{5, 6, 7}));
+  EXPECT_TRUE(r->text.empty());
+  go.stop_tokens.clear();
+  r = slm::apply_stop_rules(ids, go, nullptr);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->tokens, ids);
+}
+
+}  // namespace

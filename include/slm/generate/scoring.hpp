@@ -9,6 +9,16 @@
 //                              score_tally: tokens, NLL, top-1 hits
 //   score_tally                nll_per_token, perplexity = exp(nll_per_token), bits_per_byte
 //                              = NLL / ln 2 / UTF-8 bytes (comparable across tokenizers)
+//   score_text(m, tok, text, o, cx)  a text as `slm perplexity` scores a document: encoded
+//                              with the tokenizer (its post-processor's tokens; BOS prepended
+//                              when it has one and the encoding lacks it; special tokens
+//                              written in the text are plain text), every token after the
+//                              first scored over the tokenizer's vocabulary, bytes = the
+//                              text's UTF-8 bytes
+//   score_documents(...)       score_text over documents (io/documents.hpp) into a total and
+//                              one tally per document, stopping at a document boundary once
+//                              max_tokens targets are scored
+//   to_json(tally, name)       the figures as JSON, the keys `slm perplexity --json` writes
 //
 // Windows, as llama.cpp's llama-perplexity and HF's perplexity guide score a text longer
 // than the context: windows of ctx tokens start every `stride` tokens, each a fresh session,
@@ -27,13 +37,20 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <span>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "slm/core/buffer.hpp"
 #include "slm/core/status.hpp"
+#include "slm/io/documents.hpp"
+#include "slm/io/json.hpp"
 #include "slm/layers/session_options.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm {
 
@@ -149,5 +166,82 @@ result<score_tally> score_tokens(const Model& m, std::span<const std::int32_t> i
   if (!done.ok()) return done;
   return t;
 }
+
+// A text scored as a document (see the top of the file). o.vocab 0 is the tokenizer's
+// vocabulary (score_tokens bounds it by the model's rows). A text of one token scores no
+// target: a tally of zero tokens, with its bytes.
+template <class Model>
+result<score_tally> score_text(const Model& m, const tokenizer& t, std::string_view text, score_options o,
+                               compute_context& cx) {
+  encode_options eo;
+  eo.add_special_tokens = true;
+  eo.parse_special = false;  // the text is data
+  auto enc = t.encode(text, eo);
+  if (!enc.ok()) return std::move(enc).take_error();
+  std::vector<std::int32_t>& ids = *enc;
+  const std::int32_t bos = t.specials().bos;
+  if (bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  if (o.vocab == 0) o.vocab = t.vocab_size();
+  score_tally s;
+  if (ids.size() >= 2) {
+    auto r = score_tokens(m, ids, o, cx);
+    if (!r.ok()) return std::move(r).take_error();
+    s = *r;
+  }
+  s.bytes = text.size();
+  return s;
+}
+
+struct document_score {
+  std::string name;
+  score_tally score;
+};
+struct document_scores {
+  score_tally total;
+  std::vector<document_score> documents;  // those scored, in order
+};
+
+// score_text over docs in order, each tally added to the total. Once the total holds
+// max_tokens targets the remaining documents are skipped (neither their tokens nor their
+// bytes count). on_document, if set, sees each document's score as it is done. An error
+// names the document.
+template <class Model>
+result<document_scores> score_documents(const Model& m, const tokenizer& t, std::span<const document> docs,
+                                        const score_options& o, std::size_t max_tokens, compute_context& cx,
+                                        const std::function<void(const document_score&)>& on_document = {}) {
+  document_scores r;
+  for (const document& d : docs) {
+    if (r.total.tokens >= max_tokens) break;  // whole documents only
+    auto s = score_text(m, t, d.text, o, cx);
+    if (!s.ok()) return std::move(s).take_error().with_context(d.name);
+    r.total.add(*s);
+    r.documents.push_back(document_score{d.name, *s});
+    if (on_document) on_document(r.documents.back());
+  }
+  return r;
+}
+
+// {"name" (when not empty), "tokens", "bytes", "nll_sum", "nll_per_token", "ppl",
+//  "bits_per_byte", "top1_correct", "top1"}.
+json::value to_json(const score_tally& t, std::string_view name = {});
+
+// ---- implementation (SLM_DEFINE_TEXT)
+#if SLM_DEFINE_TEXT
+
+SLM_INLINE json::value to_json(const score_tally& t, std::string_view name) {
+  json::value v = json::value::make_object();
+  if (!name.empty()) v.set("name", json::value(std::string(name)));
+  v.set("tokens", json::value(t.tokens));
+  v.set("bytes", json::value(t.bytes));
+  v.set("nll_sum", json::value(t.nll));
+  v.set("nll_per_token", json::value(t.nll_per_token()));
+  v.set("ppl", json::value(t.perplexity()));
+  v.set("bits_per_byte", json::value(t.bits_per_byte()));
+  v.set("top1_correct", json::value(t.top1));
+  v.set("top1", json::value(t.top1_rate()));
+  return v;
+}
+
+#endif  // SLM_DEFINE_TEXT
 
 }  // namespace slm

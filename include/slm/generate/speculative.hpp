@@ -20,6 +20,11 @@
 // far below any argmax margin the tests meet); the test holds it to identity.
 //
 // A session drives this through the members mtp_session names; NAM56R's session is one.
+//
+// generate_mtp() is what a host calls: generation as generator::generate gives it (the
+// same stop tokens, stop strings, context limit and text), with the tokens drafted and
+// verified as above. apply_stop_rules() is its last step: generator::generate's stop rules
+// applied to tokens generated without them.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -27,13 +32,20 @@
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "slm/layers/linear.hpp"
+#include "slm/generate/generator.hpp"
 #include "slm/generate/sampling.hpp"
 #include "slm/core/status.hpp"
+#include "slm/text/detokenizer.hpp"
+#include "slm/text/stop_strings.hpp"
+#include "slm/text/tokenizer.hpp"
 
 namespace slm {
 
@@ -283,6 +295,52 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
   }
 }
 
+// Tokens generated without stop rules (speculative decoding), cut as generator::generate
+// cuts them: up to the first of go.stop_tokens (excluded); with a tokenizer, their text
+// through the same detokenizer (go.decode) and go.stop_strings, ending at the token whose
+// text completes a stop string (the text before the string). Without a tokenizer the text
+// is empty and stop strings are not looked for.
+struct stopped_output {
+  std::vector<std::int32_t> tokens;
+  std::string text;
+};
+result<stopped_output> apply_stop_rules(std::span<const std::int32_t> ids, const generation_options& go,
+                                        const tokenizer* t);
+
+struct speculative_output {
+  std::vector<std::int32_t> tokens;  // as generation_result::tokens (no stop token)
+  std::string text;                  // their text, up to a stop string (empty without a tokenizer)
+  speculative_stats stats;
+};
+
+// Generation after `prompt` with `draft_tokens` MTP drafts per main forward: greedy
+// (generate_greedy_mtp: plain greedy's tokens) when smp's temperature is 0, else
+// speculative sampling (generate_sampled_mtp: each token distributed as plain sampling
+// draws it). As generator::generate: at most go.max_new_tokens, and no more than the
+// context holds after the prompt (max_tokens - prompt tokens); go's stop tokens and stop
+// strings (stop strings need a tokenizer `t`). The session must be fresh, with
+// session_options::rollback_tokens >= draft_tokens; `smp` validated for `vocab` rows
+// (generator's sampler: vocab_size the tokenizer's rows).
+template <mtp_session Session>
+result<speculative_output> generate_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t draft_tokens,
+                                        std::size_t vocab, sampler& smp, const generation_options& go,
+                                        const tokenizer* t, compute_context& cx) {
+  if (!t && !go.stop_strings.empty()) return make_error(errc::invalid_argument, "generate: stop strings need a tokenizer");
+  const std::size_t limit = s.max_tokens();
+  const std::size_t room = limit > prompt.size() ? limit - prompt.size() : 0;
+  const std::size_t count = prompt.size() <= limit ? std::min(go.max_new_tokens, room) : go.max_new_tokens;
+  std::vector<std::int32_t> out;
+  speculative_stats st;
+  if (smp.config().temperature == 0.0f) {
+    SLM_TRY(generate_greedy_mtp(s, prompt, count, draft_tokens, vocab, smp, out, st, cx, go.stop_tokens));
+  } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
+    SLM_TRY(generate_sampled_mtp(s, prompt, count, draft_tokens, vocab, smp, out, st, cx, go.stop_tokens));
+  }
+  auto r = apply_stop_rules(out, go, t);  // drops the stop token; stop strings as generate()
+  if (!r.ok()) return std::move(r).take_error();
+  return speculative_output{std::move(r->tokens), std::move(r->text), st};
+}
+
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----
 #if SLM_DEFINE_NAM56R
 
@@ -294,6 +352,29 @@ SLM_INLINE std::int32_t draw_inverse_cdf(std::span<const float> probs, double u)
     if ((c += probs[i]) > u && probs[i] > 0.0f) return static_cast<std::int32_t>(i);
   }
   return last;
+}
+
+SLM_INLINE result<stopped_output> apply_stop_rules(std::span<const std::int32_t> ids, const generation_options& go,
+                                                   const tokenizer* t) {
+  stopped_output r;
+  std::optional<detokenizer> detok;
+  if (t) detok.emplace(*t, go.decode);
+  stop_strings stops(go.stop_strings);
+  for (const std::int32_t id : ids) {
+    if (detail::is_stop(go.stop_tokens, id)) break;
+    r.tokens.push_back(id);
+    if (detok) {
+      auto piece = detok->push(id);
+      if (!piece.ok()) return std::move(piece).take_error();
+      r.text += stops.push(*piece);
+    }
+    if (stops.stopped()) return r;
+  }
+  if (detok) {
+    r.text += stops.push(detok->flush());
+    if (!stops.stopped()) r.text += stops.flush();
+  }
+  return r;
 }
 
 #endif  // SLM_DEFINE_NAM56R

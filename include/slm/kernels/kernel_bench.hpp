@@ -11,6 +11,8 @@
 //   GEMM figure: 2 N K n_tok FLOP per second / f32 FMA probe (bf16 activations: / bf16
 //                dot probe where the CPU has one; int8 activations: still / f32 FMA, there
 //                is no int8 probe)
+//
+// kernel_bench_cases() lists what `slm bench --kernels` measures, in the order it prints.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -18,6 +20,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "slm/kernels/matmul.hpp"
@@ -129,6 +132,63 @@ SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, 
     fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_flops_per_s : probe.f32_flops_per_s);
   }
   return fig;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// One case of `slm bench --kernels`: a weight format and activation path (its label:
+// the format, suffixed _w4a8 for int8 activations or _bf16act for bf16 activations) on an
+// N x K matrix times n_tok tokens (1: GEMV).
+struct kernel_case {
+  std::string_view label;
+  weight_format format;
+  activation_precision act;
+  std::size_t n, k, n_tok;
+};
+
+// The cases in print order: each variant - nvfp4, bf16, mxfp4, f32 (f32 activations), then
+// the opt-in nvfp4_w4a8, mxfp4_w4a8, nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act - on each
+// shape 4096x4096, 4096x14336, 14336x4096, 2048x8192 at n_tok 1, 16, 128, 512. quick: the
+// 2048x8192 shape at n_tok 1 and 16 only. only: a comma-separated list of labels (empty:
+// every variant).
+std::vector<kernel_case> kernel_bench_cases(bool quick = false, std::string_view only = {});
+
+#if SLM_DEFINE_KERNELS
+SLM_INLINE std::vector<kernel_case> kernel_bench_cases(bool quick, std::string_view only) {
+  struct variant {
+    std::string_view label;
+    weight_format format;
+    activation_precision act;
+  };
+  static constexpr variant variants[] = {{"nvfp4", weight_format::nvfp4, activation_precision::f32},
+                                         {"bf16", weight_format::bf16, activation_precision::f32},
+                                         {"mxfp4", weight_format::mxfp4, activation_precision::f32},
+                                         {"f32", weight_format::f32, activation_precision::f32},
+                                         {"nvfp4_w4a8", weight_format::nvfp4, activation_precision::int8},
+                                         {"mxfp4_w4a8", weight_format::mxfp4, activation_precision::int8},
+                                         {"nvfp4_bf16act", weight_format::nvfp4, activation_precision::bf16},
+                                         {"mxfp4_bf16act", weight_format::mxfp4, activation_precision::bf16},
+                                         {"bf16_bf16act", weight_format::bf16, activation_precision::bf16}};
+  static constexpr std::size_t shapes[][2] = {{4096, 4096}, {4096, 14336}, {14336, 4096}, {2048, 8192}};
+  static constexpr std::size_t tokens[] = {1, 16, 128, 512};
+  const auto wanted = [&](std::string_view label) {
+    if (only.empty()) return true;
+    for (std::size_t b = 0; b <= only.size();) {
+      const std::size_t e = std::min(only.find(',', b), only.size());
+      if (only.substr(b, e - b) == label) return true;
+      b = e + 1;
+    }
+    return false;
+  };
+  std::vector<kernel_case> out;
+  for (const variant& v : variants) {
+    if (!wanted(v.label)) continue;
+    for (const auto& s : shapes) {
+      if (quick && s[0] != 2048) continue;
+      for (std::size_t n_tok : tokens)
+        if (!quick || n_tok <= 16) out.push_back(kernel_case{v.label, v.format, v.act, s[0], s[1], n_tok});
+    }
+  }
+  return out;
 }
 #endif  // SLM_DEFINE_KERNELS
 

@@ -1,0 +1,64 @@
+// slm/generate/throughput.hpp - a model's prefill and decode speed on this machine, as
+// `slm bench --model` measures it: one fresh session, a synthetic prompt of
+// prompt_tokens ids ((i * 7919 + 13) mod vocab: spread over the vocabulary, the same on
+// every run) fed as one forward asking for its last row, then gen_tokens greedy steps
+// (row_argmax, no sampler), each one forward of one id. The session's context is raised
+// to hold them all. Wall-clock time of the forwards only: the model is loaded and its
+// weights read before.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "slm/core/status.hpp"
+#include "slm/generate/scoring.hpp"
+#include "slm/layers/session_options.hpp"
+
+namespace slm {
+
+struct throughput {
+  std::size_t prompt_tokens = 0, generated = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+
+  double prefill_tokens_per_s() const noexcept {
+    return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0.0;
+  }
+  double decode_tokens_per_s() const noexcept {
+    return decode_seconds > 0 ? static_cast<double>(generated) / decode_seconds : 0.0;
+  }
+};
+
+// See the top of the file. Model: vocab() and new_session(session_options) whose session
+// has forward(ids, rows, logits, cx). prompt_tokens >= 1.
+template <class Model>
+result<throughput> measure_throughput(const Model& m, std::size_t prompt_tokens, std::size_t gen_tokens,
+                                      session_options so, compute_context& cx) {
+  if (prompt_tokens == 0) return make_error(errc::invalid_argument, "throughput: a prompt of 0 tokens");
+  const std::size_t V = m.vocab();
+  std::vector<std::int32_t> ids(prompt_tokens);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int32_t>((i * 7919 + 13) % V);
+  so.max_tokens = std::max(so.max_tokens, prompt_tokens + gen_tokens + 1);
+  auto session = m.new_session(so);
+  std::vector<float> logits(V);  // [1, V]
+  throughput r;
+  const auto t0 = std::chrono::steady_clock::now();
+  SLM_TRY(session.forward(ids, 1, logits.data(), cx));  // [prompt_tokens] ids -> [1, V]
+  const auto t1 = std::chrono::steady_clock::now();
+  for (std::size_t i = 0; i < gen_tokens; ++i) {
+    const auto next = static_cast<std::int32_t>(row_argmax(std::span<const float>(logits.data(), V)));
+    SLM_TRY(session.forward(std::span(&next, 1), 1, logits.data(), cx));  // one id -> [1, V]
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  r.prompt_tokens = prompt_tokens;
+  r.generated = gen_tokens;
+  r.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  r.decode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  return r;
+}
+
+}  // namespace slm
