@@ -16,10 +16,17 @@
 
 namespace slm {
 
+// The scalar functions every layer shares (the SSM mixers' gates and step sizes, the
+// MLPs' SiLU), written once.
+inline float sigmoid(float x) noexcept { return 1.0f / (1.0f + std::exp(-x)); }
+inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
+// torch.nn.functional.softplus with its default threshold 20: x itself above it.
+inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
 enum class activation { silu, gelu, gelu_tanh, relu2, relu };
 
 struct act_silu {
-  static float apply(float x) noexcept { return x / (1.0f + std::exp(-x)); }
+  static float apply(float x) noexcept { return silu(x); }
 };
 struct act_gelu {  // exact: x * Phi(x)
   static float apply(float x) noexcept {

@@ -71,6 +71,7 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
+#include "slm/layers/activation.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/parallel.hpp"
@@ -113,8 +114,6 @@ struct m2rnn_scan_io {
 
 namespace detail::m2rnn {
 
-inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch threshold 20
-inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
 // cppmega `_softplus_decay_gate` with a = exp(A_log): exp(-a softplus(pre)).
 inline float decay(float pre, float a) noexcept { return std::exp(-(a * softplus(pre))); }
 
@@ -499,7 +498,7 @@ SLM_INLINE void m2rnn_mixer::epilogue(const float* zx, const float* xs, std::siz
     const float* g = zx + t * dip + cd + H;
     if (!D.empty())
       for (std::size_t i = 0; i < hv; ++i) yt[i] += v[i] * D[i];
-    for (std::size_t i = 0; i < hv; ++i) yt[i] *= detail::m2rnn::silu(g[i]);
+    for (std::size_t i = 0; i < hv; ++i) yt[i] *= silu(g[i]);
     g_norm.apply_row(yt, yt, hv);
   }
 }

@@ -79,6 +79,7 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
+#include "slm/layers/activation.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -143,8 +144,6 @@ struct mamba2_state {
 
 namespace detail::mamba2 {
 
-inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch threshold 20
-inline float silu(float x) noexcept { return x / (1.0f + std::exp(-x)); }
 
 }  // namespace detail::mamba2
 

@@ -78,6 +78,7 @@
 #include <utility>
 
 #include "slm/core/buffer.hpp"
+#include "slm/layers/activation.hpp"
 #include "slm/layers/linear.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -158,9 +159,6 @@ namespace detail::mamba3 {
 inline constexpr float pi = 3.14159265358979323846f;
 inline constexpr float two_pi = 6.28318530717958647692f;
 
-inline float softplus(float x) noexcept { return x > 20.0f ? x : std::log1p(std::exp(x)); }  // torch threshold 20
-inline float sigmoid(float x) noexcept { return 1.0f / (1.0f + std::exp(-x)); }
-inline float silu(float x) noexcept { return x * sigmoid(x); }
 inline float heavy_tail(float x) noexcept { return x >= 0.0f ? 1.0f + x : 1.0f / (1.0f - x); }
 inline float wrap_angle(float a) noexcept {
   if (a >= two_pi || a < 0.0f) a -= two_pi * std::floor(a / two_pi);

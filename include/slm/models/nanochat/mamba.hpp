@@ -231,9 +231,6 @@ SLM_INLINE float nanochat_mamba_layer::rms_scale(const float* v, std::size_t n) 
 
 SLM_INLINE status nanochat_mamba_layer::run(const float* x, std::size_t T, float* y, const nanochat_mamba_state& in,
                                             nanochat_mamba_state& out, workspace& ws, compute_context& cx) const {
-  using detail::mamba3::sigmoid;
-  using detail::mamba3::silu;
-  using detail::mamba3::softplus;
   const std::size_t C = cfg.n_embd, E = cfg.d_inner(), H = cfg.nheads(), G = cfg.ngroups, N = cfg.d_state,
                     P = cfg.headdim, K = cfg.d_conv, cd = cfg.conv_dim(), R = cfg.in_proj_rows(), hpg = H / G;
   if (in.conv.size() != cd * K || in.ssm.size() != H * N * P)
