@@ -12,6 +12,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <list>
@@ -111,6 +113,28 @@ inline bool write_file(const std::filesystem::path& p, const void* data, std::si
 inline bool write_file(const std::filesystem::path& p, std::string_view s) { return write_file(p, s.data(), s.size()); }
 inline bool write_file(const std::filesystem::path& p, const std::vector<std::byte>& b) {
   return write_file(p, b.data(), b.size());
+}
+
+// A session state blob saved by an earlier build of slm, tests/data/session/<name>.bin: the
+// session code of today must load it and save the same bytes again (the format is a
+// contract with the files hosts keep). `current` is what today's code saves in the same
+// situation; with SLM_WRITE_SESSION_FIXTURES=1 in the environment it is written as the
+// fixture first (only for a deliberate format change, which also bumps
+// state_format::version). Returns the fixture's bytes, empty when it cannot be read.
+inline std::vector<std::byte> session_fixture(const std::string& name, const std::vector<std::byte>& current) {
+  const std::filesystem::path p = std::filesystem::path(SLM_TEST_DATA_DIR) / "session" / (name + ".bin");
+  if (const char* w = std::getenv("SLM_WRITE_SESSION_FIXTURES"); w && std::string_view(w) == "1") {
+    std::filesystem::create_directories(p.parent_path());
+    EXPECT_TRUE(write_file(p, current)) << p;
+  }
+  std::vector<std::byte> out;
+  std::FILE* f = std::fopen(p.string().c_str(), "rb");
+  EXPECT_NE(f, nullptr) << "missing fixture " << p;
+  if (!f) return out;
+  std::byte buf[1 << 14];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.insert(out.end(), buf, buf + n);
+  std::fclose(f);
+  return out;
 }
 
 // The names in `dir` that hold ".tmp" (what an interrupted or failed atomic write of slm

@@ -552,6 +552,49 @@ blob consistent_cut(const blob& b, std::size_t n) {
 }
 }  // namespace
 
+// A blob written by an earlier build (tests/data/session/nam56r_tiny.bin: main-stack MLA,
+// DSA, Mamba-3 and M2RNN records, the MTP depths' caches and rows, the token history)
+// loads, saves to the same bytes, and continues as the session that wrote it (within
+// 1e-4 of the logits' range: the fixture's numbers come from the machine that wrote it).
+TEST(Nam56r, FilesSavedByEarlierCodeStillLoad) {
+  auto loaded = nam56r_model::load(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message();
+  const nam56r_model& m = *loaded;
+  const std::size_t V = m.vocab();
+  const auto ids = some_ids(8, V, 5);
+  slm::compute_context cx{slm_test::the_pools().p2};
+  slm::session_options o;
+  o.rollback_tokens = 1;
+  auto s = m.new_session(o);
+  std::vector<float> row(V), drafts(2 * V), a(2 * V), b(2 * V);
+  ASSERT_TRUE(s.forward(std::span(ids.data(), 4), 1, row.data(), cx).ok());
+  ASSERT_TRUE(s.forward(std::span(ids.data() + 4, 1), 1, row.data(), cx).ok());
+  ASSERT_TRUE(s.draft(std::span(ids.data() + 5, 2), drafts.data(), cx).ok());
+  auto saved = s.save();
+  ASSERT_TRUE(saved.ok()) << saved.error().message();
+  const blob fixture = slm_test::session_fixture("nam56r_tiny", *saved);
+  ASSERT_EQ(fixture.size(), saved->size());
+  auto f = m.new_session(o);
+  const slm::status st = f.load(fixture);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(f.position(), 5u);
+  auto again = f.save();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again == fixture);
+  ASSERT_TRUE(f.rollback(1).ok());
+  ASSERT_TRUE(s.rollback(1).ok());
+  ASSERT_TRUE(s.forward(std::span(ids.data() + 4, 2), 2, a.data(), cx).ok());
+  ASSERT_TRUE(f.forward(std::span(ids.data() + 4, 2), 2, b.data(), cx).ok());
+  double range = 1.0;
+  for (float v : a) range = std::max(range, static_cast<double>(std::fabs(v)));
+  EXPECT_LE(slm_test::max_abs_diff(a.data(), b.data(), a.size()), 1e-4 * range);
+  ASSERT_TRUE(s.draft(std::span(ids.data() + 6, 2), a.data(), cx).ok());
+  ASSERT_TRUE(f.draft(std::span(ids.data() + 6, 2), b.data(), cx).ok());
+  range = 1.0;
+  for (float v : a) range = std::max(range, static_cast<double>(std::fabs(v)));
+  EXPECT_LE(slm_test::max_abs_diff(a.data(), b.data(), a.size()), 1e-4 * range);
+}
+
 TEST(Nam56r, SessionStateSaveLoadSnapshotAreBitExact) {
   static_assert(slm::saveable_session<nam56r_model::session>);
   const auto& m = small_model();

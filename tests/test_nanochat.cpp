@@ -439,6 +439,46 @@ INSTANTIATE_TEST_SUITE_P(Golden, NanochatGpt,
 // mHC pools over every position, so these logits depend on all of the loaded state); a
 // snapshot restores bit for bit; rollback after a load re-feeds bit for bit; truncated,
 // flipped and foreign blobs are refused and change nothing.
+// A blob written by an earlier build (tests/data/session/nanochat_<case>.bin: KV, Mamba,
+// Engram and mHC records as the case has them) loads, saves to the same bytes, and
+// continues as the session that wrote it (within 1e-4 of the logits' range: the
+// fixture's numbers come from the machine that wrote it).
+TEST_P(NanochatGpt, FilesSavedByEarlierCodeStillLoad) {
+  const std::string name = std::string("nanochat_gpt__") + GetParam().name;
+  golden g0 = load_golden(name);
+  golden g = load_golden(name, gpt_config_json(g0.cfg()["GPTConfig"]));
+  auto m = slm::nanochat_model::load(g.dir->path());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  const std::size_t V = m->vocab();
+  const auto ids = g.ids("in/idx");
+  ASSERT_GE(ids.size(), 6u);
+  slm::compute_context cx{slm_test::the_pools().p2};
+  slm::session_options o;
+  o.rollback_tokens = 1;
+  auto s = m->new_session(o);
+  std::vector<float> row(V), a(2 * V), b(2 * V);
+  ASSERT_TRUE(s.forward(std::span(ids.data(), 3), 1, row.data(), cx).ok());
+  ASSERT_TRUE(s.forward(std::span(ids.data() + 3, 1), 1, row.data(), cx).ok());
+  auto saved = s.save();
+  ASSERT_TRUE(saved.ok()) << saved.error().message();
+  const std::vector<std::byte> fixture = slm_test::session_fixture("nanochat_" + std::string(GetParam().name), *saved);
+  ASSERT_EQ(fixture.size(), saved->size());
+  auto f = m->new_session(o);
+  const slm::status st = f.load(fixture);
+  ASSERT_TRUE(st.ok()) << st.message();
+  EXPECT_EQ(f.position(), 4u);
+  auto again = f.save();
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(*again == fixture);
+  ASSERT_TRUE(f.rollback(1).ok());
+  ASSERT_TRUE(s.rollback(1).ok());
+  ASSERT_TRUE(s.forward(std::span(ids.data() + 3, 2), 2, a.data(), cx).ok());
+  ASSERT_TRUE(f.forward(std::span(ids.data() + 3, 2), 2, b.data(), cx).ok());
+  double range = 1.0;
+  for (float v : a) range = std::max(range, static_cast<double>(std::fabs(v)));
+  EXPECT_LE(slm_test::max_abs_diff(a.data(), b.data(), a.size()), 1e-4 * range);
+}
+
 TEST_P(NanochatGpt, SessionStateIsBitExactAndChecked) {
   static_assert(slm::saveable_session<slm::nanochat_model::session>);
   using blob = std::vector<std::byte>;
