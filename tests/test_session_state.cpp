@@ -395,7 +395,7 @@ TEST_P(SessionState, DamagedBlobsAreRejectedAndChangeNothing) {
   {
     bytes padded(blob.begin(), blob.end() - 8);
     padded.push_back(std::byte{0});
-    EXPECT_TRUE(slm_test::fails_with(s.load(patch(padded)), slm::errc::format_error, {"after the last layer record"}));
+    EXPECT_TRUE(slm_test::fails_with(s.load(patch(padded)), slm::errc::format_error, {"after the last record"}));
   }
 
   // Corrupted fields.

@@ -388,8 +388,8 @@ status open_state_blob(std::span<const std::byte> bytes, const state_format::hea
 // A record's kind tag, checked against the one expected (a clear message for a mismatch).
 status expect_record(state_reader& r, std::string_view want, std::string_view what);
 
-// A session's state held in memory as its saved blob: snapshot() of the NAM56R and
-// nanochat sessions. restore() is a load of these bytes, with every check of load().
+// A session's state held in memory as its saved blob: what snapshot() of every session
+// returns (models/session.hpp). restore() is a load of these bytes, with every check of load().
 class state_snapshot {
  public:
   state_snapshot() = default;
@@ -403,67 +403,6 @@ class state_snapshot {
     return blob_.size() >= state_format::header_bytes ? state_format::detail::load_u64le(blob_.data() + at) : 0;
   }
   std::vector<std::byte> blob_;
-};
-
-// The state API of a session whose snapshot is its own saved blob (NAM56R, nanochat):
-// snapshot() / restore() / save(write) / save() / saved_size() / load(), with the
-// decoder session's semantics (models/hf/model.hpp). The session (Derived, a friend) provides
-//   using state_type = ...;                       what it saves
-//   status current_state(state_type& scratch, const state_type*& s) const;
-//   state_format::header header_of(const state_type&) const;
-//   status write_records(state_writer&, const state_type&) const;
-//   status load_impl(std::span<const std::byte>); every check before any change
-template <class Derived>
-class blob_session_state {
- public:
-  // A deep copy: the session's saved blob, held in memory (restore() loads it).
-  result<state_snapshot> snapshot() const {
-    auto b = save();
-    if (!b.ok()) return std::move(b).take_error();
-    return state_snapshot(std::move(*b));
-  }
-  // Back to a snapshot of this or another session of a model with the same structure and
-  // KV dtype; on any error the session is unchanged.
-  status restore(const state_snapshot& snap) {
-    if (auto s = self().load_impl(snap.bytes()); !s.ok()) return std::move(s).with_context("restore");
-    return {};
-  }
-  // Serializes the state through write(std::span<const std::byte>) -> status.
-  template <class Write>
-    requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
-  status save(Write&& write) const {
-    return with_state([&](const auto& st) {
-      return write_state_blob(write, self().header_of(st), [&](state_writer& w) { return self().write_records(w, st); });
-    });
-  }
-  result<std::vector<std::byte>> save() const {
-    return with_state([&](const auto& st) {
-      return state_blob(self().header_of(st), [&](state_writer& w) { return self().write_records(w, st); });
-    });
-  }
-  result<std::uint64_t> saved_size() const {
-    return with_state([&](const auto& st) {
-      return state_blob_size(self().header_of(st), [&](state_writer& w) { return self().write_records(w, st); });
-    });
-  }
-  // Replaces the state with a saved one (a session of a model with the same structure and
-  // KV dtype). Every field and length is checked before anything is replaced: on any
-  // error the session is unchanged.
-  status load(std::span<const std::byte> bytes) {
-    if (auto s = self().load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
-    return {};
-  }
-
- private:
-  const Derived& self() const noexcept { return static_cast<const Derived&>(*this); }
-  Derived& self() noexcept { return static_cast<Derived&>(*this); }
-  template <class Fn, class D = Derived>  // D: names Derived's members only once it is complete
-  auto with_state(Fn&& fn) const -> decltype(fn(std::declval<const typename D::state_type&>())) {
-    typename D::state_type scratch;
-    const typename D::state_type* st = nullptr;
-    if (status s = self().current_state(scratch, st); !s.ok()) return s;
-    return fn(*st);
-  }
 };
 
 // session_options::rollback_tokens, or 0 for option types without it (layer tests).
@@ -1061,8 +1000,8 @@ SLM_INLINE status open_state_blob(std::span<const std::byte> bytes, const state_
     return make_error(errc::invalid_argument, "saved with ", sf::kv_name(kv), " KV caches, this session stores ",
                       sf::kv_name(expect.kv), " (session_options::kv)");
   if (count != expect.records)
-    return make_error(errc::invalid_argument, "saved from a model of ", count, " layers (state records), this model has ",
-                      expect.records);
+    return make_error(errc::invalid_argument, "saved from a model of another structure (", count,
+                      " layers, as state records; this model has ", expect.records, ")");
   if (fp != expect.fingerprint)
     return make_error(errc::invalid_argument, "saved from a model of another structure (fingerprint ", fp,
                       ", this model's ", expect.fingerprint, ")");

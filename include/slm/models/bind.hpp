@@ -41,6 +41,20 @@ result<feed_forward> load_feed_forward(const checkpoint& ck, std::string_view up
 status load_indexer_weights(const checkpoint& ck, const std::string& prefix, const std::array<const char*, 3>& names,
                             std::size_t q_in, std::size_t hidden, lightning_indexer& ix);
 
+// A module's full name: `prefix`.name, or the bare name when prefix is empty.
+inline std::string join_module(std::string_view prefix, std::string_view name) {
+  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
+}
+
+// load_linear into a layer's member (a binder fills a layer's projections one by one).
+inline status load_linear_into(linear& dst, const checkpoint& ck, std::string_view module, std::size_t out,
+                               std::size_t in) {
+  auto l = load_linear(ck, module, out, in);
+  if (!l.ok()) return std::move(l).take_error();
+  dst = std::move(*l);
+  return {};
+}
+
 // ---- Implementation (compiled once by the decoder unit in compiled mode) ----
 
 #if SLM_DEFINE_DECODER

@@ -166,11 +166,8 @@ struct binding<basic_mla_attention<Rope>> {
     a.rope = rope_table::make(c.rope, c.qk_rope_dim);
     a.scale = static_cast<float>(c.rope.softmax_scale_multiplier() / std::sqrt(static_cast<double>(c.qk_head_dim())));
     const std::size_t H = c.n_heads, d = c.hidden, qk = c.qk_head_dim();
-    auto take = [&](linear& dst, const std::string& name, std::size_t out, std::size_t in) -> status {
-      auto l = load_linear(ck, prefix + name, out, in);
-      if (!l.ok()) return std::move(l).take_error();
-      dst = std::move(*l);
-      return {};
+    auto take = [&](linear& dst, const std::string& name, std::size_t out, std::size_t in) {
+      return load_linear_into(dst, ck, prefix + name, out, in);
     };
     auto norm = [&](rms_norm& dst, const std::string& name, std::size_t n) -> status {
       auto v = load_vector(ck, prefix + name, n);
@@ -430,21 +427,18 @@ SLM_INLINE status load_block_norm(const checkpoint& ck, const model_config& c, c
 }
 
 SLM_INLINE result<mamba2_mixer> load_mamba2(const checkpoint& ck, std::string_view prefix, const mamba2_config& c) {
-  const auto join = [](std::string_view pre, std::string_view name) {
-    return pre.empty() ? std::string(name) : cat(pre, ".", name);
-  };
   SLM_TRY(c.validate());
   mamba2_mixer m;
   m.cfg = c;
   const std::size_t H = c.heads(), Di = c.inner(), cd = c.conv_dim(), K = c.d_conv;
-  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, in_proj_dim]
+  auto ip = load_linear(ck, join_module(prefix, "in_proj"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, in_proj_dim]
   if (!ip.ok()) return std::move(ip).take_error();
   m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);  // [T, Di] -> [T, d]
+  auto op = load_linear(ck, join_module(prefix, "out_proj"), c.d_model, Di);  // [T, Di] -> [T, d]
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
 
-  const std::string wname = join(prefix, "conv1d.weight");
+  const std::string wname = join_module(prefix, "conv1d.weight");
   auto w = ck.float_tensor(wname);
   if (!w.ok()) return std::move(w).take_error();
   if (w->rank() != 3 || static_cast<std::size_t>(w->dim(0)) != cd || w->dim(1) != 1 ||
@@ -453,22 +447,22 @@ SLM_INLINE result<mamba2_mixer> load_mamba2(const checkpoint& ck, std::string_vi
                       w->shape().to_string(), ", expected [", cd, ", 1, ", K, "]");
   SLM_TRY(m.conv_w.resize(cd * K));
   if (auto s = w->to_f32(m.conv_w.span()); !s.ok()) return std::move(s).with_context(cat("tensor '", wname, "'"));
-  if (ck.find(join(prefix, "conv1d.bias"))) {
-    auto b = load_vector(ck, join(prefix, "conv1d.bias"), cd);
+  if (ck.find(join_module(prefix, "conv1d.bias"))) {
+    auto b = load_vector(ck, join_module(prefix, "conv1d.bias"), cd);
     if (!b.ok()) return std::move(b).take_error();
     m.conv_b = std::move(*b);
   } else {
     SLM_TRY(m.conv_b.assign_zero(cd));
   }
-  auto dtb = load_vector(ck, join(prefix, "dt_bias"), H);
+  auto dtb = load_vector(ck, join_module(prefix, "dt_bias"), H);
   if (!dtb.ok()) return std::move(dtb).take_error();
   m.dt_bias = std::move(*dtb);
-  auto alog = load_vector(ck, join(prefix, "A_log"), H);
+  auto alog = load_vector(ck, join_module(prefix, "A_log"), H);
   if (!alog.ok()) return std::move(alog).take_error();
   m.A = std::move(*alog);
   for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
 
-  const std::string dname = join(prefix, "D");
+  const std::string dname = join_module(prefix, "D");
   auto dt = ck.tensor(dname);
   if (!dt.ok()) return std::move(dt).take_error();
   m.d_per_channel = dt->rank() == 1 && static_cast<std::size_t>(dt->dim(0)) == Di && Di != H;
@@ -476,7 +470,7 @@ SLM_INLINE result<mamba2_mixer> load_mamba2(const checkpoint& ck, std::string_vi
   if (!dv.ok()) return std::move(dv).take_error();
   m.D = std::move(*dv);
   if (c.rmsnorm) {
-    auto nw = load_vector(ck, join(prefix, "norm.weight"), Di);
+    auto nw = load_vector(ck, join_module(prefix, "norm.weight"), Di);
     if (!nw.ok()) return std::move(nw).take_error();
     m.norm_w = std::move(*nw);
   }

@@ -22,14 +22,14 @@
 // a session (KV caches + scratch) belongs to one thread at a time; the executor comes
 // in with each call.
 //
-// Session state. A session's caches (KV rows, MLA latents, DSA indexer keys, recurrent
+// Session state (models/session.hpp, the same for every family). A session's caches (KV rows, MLA latents, DSA indexer keys, recurrent
 // states) can be
 //  * rolled back: rollback(n) drops the last n tokens. KV caches are always exact;
 //    recurrent layers (Mamba-2) keep the states of their last session_options::
 //    rollback_tokens tokens (and the state where the last call began), so n within that
 //    is exact and anything else is an error that leaves the session unchanged;
-//  * snapshotted: snapshot() is a deep copy (rows in use only), restore() puts it back
-//    into any session of a model with the same structure and KV dtype;
+//  * snapshotted: snapshot() is the saved blob held in memory, restore() loads it into
+//    any session of a model with the same structure and KV dtype;
 //  * saved to bytes and loaded: save() writes the format below, load() checks every
 //    field and length before it replaces anything, so a truncated, corrupted or foreign
 //    blob is an error and the session stays as it was.
@@ -99,6 +99,7 @@
 #include "slm/layers/mlp.hpp"
 #include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/config.hpp"
+#include "slm/models/session.hpp"
 #include "slm/layers/moe.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -298,120 +299,7 @@ class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
 
   class session;
 
-  // A deep copy of a session's caches (the rows in use only), from session::snapshot();
-  // restore() puts it back into any session of a model with the same structure and KV
-  // dtype. Move-only.
-  class snapshot {
-   public:
-    std::size_t position() const noexcept { return pos_; }
-    kv_dtype kv() const noexcept { return kv_; }
-    std::uint64_t fingerprint() const noexcept { return fp_; }
-
-   private:
-    friend class session;
-    std::vector<typename Attention::cache> caches_;
-    std::size_t pos_ = 0;
-    std::uint64_t fp_ = 0;
-    kv_dtype kv_ = kv_dtype::f32;
-  };
-
-  class session {
-   public:
-    using cache = typename Attention::cache;
-
-    explicit session(const decoder& m, session_options o = {})
-        : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
-      if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20);
-    }
-    // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
-    const status& usable() const noexcept { return weights_; }
-
-    std::size_t position() const noexcept { return pos_; }
-    std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
-    const session_options& options() const noexcept { return opt_; }
-    // Forget everything: the next forward starts at position 0.
-    void reset() noexcept {
-      for (auto& c : caches_) c.truncate(0);
-      pos_ = 0;
-    }
-
-    // Runs ids (positions position() .. position() + T) and writes the logits of the last
-    // `rows` tokens ([rows, V], rows <= T; rows == T gives every position). On any error -
-    // a bad id, the context limit, out of memory, cancellation - the session is as it
-    // was before the call.
-    status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
-
-    // ---- Session state (see the top of this file) ----
-
-    // Whether rollback(n) would succeed: n <= position() and every layer can drop n
-    // tokens exactly (KV caches always; recurrent layers within their kept history).
-    bool can_rollback(std::size_t n) const noexcept;
-    // The largest n such that rollback(k) succeeds for every k <= n: position() for KV
-    // models, min(position(), rollback_tokens) once a recurrent session has run that far.
-    // (rollback of exactly the last call's tokens also succeeds: can_rollback says so.)
-    std::size_t rollback_limit() const noexcept;
-    // Drops the last n tokens: the next forward continues from position() - n exactly as
-    // if they had never been fed. An error (n > position(), or a recurrent layer that did
-    // not keep the state n tokens back) leaves the session unchanged.
-    status rollback(std::size_t n);
-
-    // A deep copy of the caches (rows in use only; recurrent states with their history).
-    result<typename decoder::snapshot> snapshot() const;
-    // Back to a snapshot of this or another session of a model with the same structure
-    // and KV dtype. On error (a mismatch, out of memory) the session is unchanged; the
-    // copy is built beside the current caches and swapped in.
-    status restore(const typename decoder::snapshot& snap);
-
-    // Serializes the session state (the format at the top of this file) through
-    // write(std::span<const std::byte>) -> status, called in order; its error stops the
-    // save and is returned.
-    template <class Write>
-      requires std::is_invocable_r_v<status, Write&, std::span<const std::byte>>
-    status save(Write&& write) const {
-      std::vector<cache> scratch;
-      const std::vector<cache>* cs = &caches_;
-      SLM_TRY(current_caches(scratch, cs));
-      return write_state_blob(write, header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
-    }
-    // The same into a byte vector (std::vector: for very large states prefer the writer).
-    result<std::vector<std::byte>> save() const;
-    // The number of bytes save() writes.
-    result<std::uint64_t> saved_size() const;
-    // Replaces the session state with a saved one, from a session of a model with the
-    // same structure and KV dtype. Every field and length is checked before anything is
-    // replaced: on any error (format_error for a truncated, corrupted or hostile blob,
-    // invalid_argument for another model's or KV dtype's, unsupported for another
-    // version) the session is unchanged.
-    status load(std::span<const std::byte> bytes);
-
-   private:
-
-    // Caches for every layer, initialized for options o.
-    status make_caches(std::vector<cache>& out, const session_options& o) const;
-    status ensure_caches();
-    // The caches, or fresh ones in `scratch` for a session that has not run yet.
-    status current_caches(std::vector<cache>& scratch, const std::vector<cache>*& cs) const;
-    // The model's layer structure and dimensions, each cache's layout, the KV dtype.
-    std::uint64_t fingerprint(const std::vector<cache>& cs) const;
-    state_format::header header_of(const std::vector<cache>& cs) const;
-    status write_records(state_writer& w, const std::vector<cache>& cs) const;
-    status load_impl(std::span<const std::byte> bytes);
-
-    status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
-
-    model_ref<decoder> m_;  // follows the model when it moves
-    session_options opt_;
-    // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
-    // rewritten in place: the weights are no longer the ones loaded, and a truncated
-    // file faults) is refused here, once per session: forward() returns the error.
-    status weights_;
-    std::vector<typename Attention::cache> caches_;
-    workspace ws_;
-    floats x_, h_, y_;
-    std::size_t pos_ = 0;
-  };
-
-  session new_session(session_options o = {}) const { return session(*this, o); }
+  session new_session(session_options o = {}) const;
 
  private:
   std::unique_ptr<checkpoint> ck_;
@@ -421,6 +309,59 @@ class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
   block_norm final_norm_;
   std::vector<layer> layers_;
 };
+
+// A decoder's session: one cache per layer (models/session.hpp: options, rollback,
+// snapshot, save / load), plus the scratch of a call.
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+class decoder<Attention, Ffn, Norm, Format>::session
+    : public model_session<session, decoder, std::vector<typename Attention::cache>> {
+  using base = model_session<session, decoder, std::vector<typename Attention::cache>>;
+  friend base;
+
+ public:
+  using cache = typename Attention::cache;
+
+  explicit session(const decoder& m, session_options o = {})
+      : base(m, o, m.cfg_.max_positions ? m.cfg_.max_positions : (std::size_t{1} << 20),
+             m.ck_ ? m.ck_->check_unchanged() : status{}) {}
+
+  // Runs ids (positions position() .. position() + T) and writes the logits of the last
+  // `rows` tokens ([rows, V], rows <= T; rows == T gives every position). On any error -
+  // a bad id, the context limit, out of memory, cancellation - the session is as it
+  // was before the call.
+  status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
+    SLM_TRY(this->check_call("forward", ids, rows, logits, this->m_->cfg_.vocab));
+    return this->advance(ids.size(), [&] { return run(ids, rows, logits, cx); });
+  }
+
+ private:
+  static constexpr state_format::session_kind saved_kind = state_format::session_kind::decoder;
+  using caches = std::vector<cache>;
+
+  status make_state(caches& out, const session_options& o) const;
+  void truncate_state(caches& cs, std::size_t len) const noexcept {
+    for (auto& c : cs) c.truncate(len);
+  }
+  template <class Fn>
+  void for_each_cache(const caches& cs, Fn&& fn) const {
+    for (std::size_t i = 0; i < cs.size(); ++i) fn(i, cs[i]);
+  }
+  // The model's layer structure and dimensions, each cache's layout, the KV dtype.
+  std::uint64_t fingerprint(const caches& cs) const;
+  std::uint64_t record_count() const noexcept { return this->m_->layers_.size(); }
+  status write_records(state_writer& w, const caches& cs) const;
+  status read_records(state_reader& r, caches& fresh, std::size_t position) const;
+
+  status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
+
+  workspace ws_;
+  floats x_, h_, y_;
+};
+
+template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
+auto decoder<Attention, Ffn, Norm, Format>::new_session(session_options o) const -> session {
+  return session(*this, o);
+}
 
 // ---- decoder: member definitions ----
 
@@ -534,167 +475,24 @@ status decoder<Attention, Ffn, Norm, Format>::check_format(const checkpoint& ck,
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::forward(
-    std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
-  SLM_TRY(weights_);
-  const model_config& c = m_->cfg_;
-  const std::size_t T = ids.size(), d = c.hidden;
-  if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
-  if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
-  if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
-  for (std::size_t t = 0; t < T; ++t)
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= c.vocab)
-      return make_error(errc::out_of_range, "token id ", ids[t], " at index ", t, " is outside the vocabulary [0, ",
-                        c.vocab, ")");
-  if (pos_ + T > opt_.max_tokens)
-    return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
-                      opt_.max_tokens);
-  SLM_TRY(ensure_caches());
-  const std::size_t pos0 = pos_;
-  status s = run(ids, rows, logits, cx);
-  if (!s.ok()) {  // roll every cache back to where the call began
-    for (auto& kc : caches_) kc.truncate(pos0);
-    return s;
-  }
-  pos_ = pos0 + T;
-  (void)d;
-  return s;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-bool decoder<Attention, Ffn, Norm, Format>::session::can_rollback(std::size_t n) const noexcept {
-  if (n == 0) return true;
-  if (n > pos_) return false;
-  for (const auto& c : caches_)
-    if (!c.can_truncate(pos_ - n)) return false;
-  return true;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-std::size_t decoder<Attention, Ffn, Norm, Format>::session::rollback_limit() const noexcept {
-  std::size_t lim = pos_;
-  for (const auto& c : caches_) lim = std::min(lim, c.rollback_limit());
-  return lim;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::rollback(std::size_t n) {
-  if (n == 0) return {};
-  if (n > pos_)
-    return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
-  const std::size_t len = pos_ - n;
-  for (std::size_t i = 0; i < caches_.size(); ++i)
-    if (!caches_[i].can_truncate(len))
-      return make_error(errc::unsupported, "rollback: layer ", i, " (", caches_[i].kind(), ") cannot drop ", n,
-                        " tokens: a recurrent layer keeps the states of its last ", caches_[i].rollback_limit(),
-                        " tokens (session_options::rollback_tokens = ", opt_.rollback_tokens,
-                        "); the session is unchanged");
-  for (auto& c : caches_) c.truncate(len);
-  pos_ = len;
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-auto decoder<Attention, Ffn, Norm, Format>::session::snapshot() const -> result<typename decoder::snapshot> {
-  typename decoder::snapshot out;
-  session_options o = opt_;
-  o.reserve_tokens = 0;
-  SLM_TRY(make_caches(out.caches_, o));
-  for (std::size_t i = 0; i < caches_.size(); ++i)
-    if (auto st = out.caches_[i].copy_from(caches_[i]); !st.ok())
-      return std::move(st).with_context(cat("snapshot: layer ", i));
-  out.pos_ = pos_;
-  out.kv_ = opt_.kv;
-  out.fp_ = fingerprint(out.caches_);
-  return out;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::restore(const typename decoder::snapshot& snap) {
-  std::vector<cache> fresh;
-  SLM_TRY(make_caches(fresh, opt_));
-  if (snap.kv_ != opt_.kv)
-    return make_error(errc::invalid_argument, "restore: the snapshot holds ", state_format::kv_name(static_cast<std::uint8_t>(snap.kv_)),
-                      " KV caches, this session stores ", state_format::kv_name(static_cast<std::uint8_t>(opt_.kv)),
-                      " (session_options::kv)");
-  const std::uint64_t fp = fingerprint(fresh);
-  if (snap.caches_.size() != fresh.size() || snap.fp_ != fp)
-    return make_error(errc::invalid_argument, "restore: the snapshot comes from a model of another structure (",
-                      snap.caches_.size(), " layers, fingerprint ", snap.fp_, "; this model: ", fresh.size(),
-                      " layers, fingerprint ", fp, ")");
-  if (snap.pos_ > opt_.max_tokens)
-    return make_error(errc::out_of_range, "restore: the snapshot holds ", snap.pos_,
-                      " positions, this session's limit is ", opt_.max_tokens);
-  for (std::size_t i = 0; i < fresh.size(); ++i)
-    if (auto st = fresh[i].copy_from(snap.caches_[i]); !st.ok())
-      return std::move(st).with_context(cat("restore: layer ", i));
-  caches_ = std::move(fresh);
-  pos_ = snap.pos_;
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-result<std::vector<std::byte>> decoder<Attention, Ffn, Norm, Format>::session::save() const {
-  std::vector<cache> scratch;
-  const std::vector<cache>* cs = &caches_;
-  SLM_TRY(current_caches(scratch, cs));
-  return state_blob(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-result<std::uint64_t> decoder<Attention, Ffn, Norm, Format>::session::saved_size() const {
-  std::vector<cache> scratch;
-  const std::vector<cache>* cs = &caches_;
-  SLM_TRY(current_caches(scratch, cs));
-  return state_blob_size(header_of(*cs), [&](state_writer& w) { return write_records(w, *cs); });
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::load(std::span<const std::byte> bytes) {
-  if (auto s = load_impl(bytes); !s.ok()) return std::move(s).with_context("session state");
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::make_caches(
-    std::vector<cache>& out, const session_options& o) const {
+status decoder<Attention, Ffn, Norm, Format>::session::make_state(caches& out, const session_options& o) const {
+  const auto& layers = this->m_->layers_;
   out.clear();
-  out.resize(m_->layers_.size());
-  for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(m_->layers_[i].attention.init_cache(out[i], o));
+  out.resize(layers.size());
+  for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(layers[i].attention.init_cache(out[i], o));
   return {};
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::ensure_caches() {
-  if (!caches_.empty()) return {};
-  std::vector<cache> fresh;
-  SLM_TRY(make_caches(fresh, opt_));
-  caches_ = std::move(fresh);
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::current_caches(
-    std::vector<cache>& scratch, const std::vector<cache>*& cs) const {
-  cs = &caches_;
-  if (!caches_.empty()) return {};
-  session_options o = opt_;
-  o.reserve_tokens = 0;
-  SLM_TRY(make_caches(scratch, o));
-  cs = &scratch;
-  return {};
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-std::uint64_t decoder<Attention, Ffn, Norm, Format>::session::fingerprint(const std::vector<cache>& cs) const {
-  const model_config& c = m_->cfg_;
+std::uint64_t decoder<Attention, Ffn, Norm, Format>::session::fingerprint(const caches& cs) const {
+  const model_config& c = this->m_->cfg_;
   state_hasher h;
   h.add(std::string_view("slm decoder session"));
   for (std::size_t v : {c.n_layers, c.hidden, c.vocab, c.n_heads, c.n_kv_heads, c.head_dim, c.kv_lora_rank,
                         c.qk_rope_dim, c.index_head_dim, c.ssm_heads, c.ssm_head_dim, c.ssm_state, c.ssm_groups,
                         c.ssm_conv})
     h.add(static_cast<std::uint64_t>(v));
-  h.add(static_cast<std::uint64_t>(opt_.kv));
+  h.add(static_cast<std::uint64_t>(this->opt_.kv));
   for (std::size_t i = 0; i < cs.size(); ++i) {
     const layer_spec& l = c.layers[i];
     h.add(static_cast<std::uint64_t>(l.attention));
@@ -708,19 +506,7 @@ std::uint64_t decoder<Attention, Ffn, Norm, Format>::session::fingerprint(const 
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-state_format::header decoder<Attention, Ffn, Norm, Format>::session::header_of(const std::vector<cache>& cs) const {
-  state_format::header h;
-  h.session = state_format::session_kind::decoder;
-  h.kv = static_cast<std::uint8_t>(opt_.kv);
-  h.fingerprint = fingerprint(cs);
-  h.records = cs.size();
-  h.position = pos_;
-  return h;
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::write_records(
-    state_writer& w, const std::vector<cache>& cs) const {
+status decoder<Attention, Ffn, Norm, Format>::session::write_records(state_writer& w, const caches& cs) const {
   for (std::size_t i = 0; i < cs.size(); ++i) {
     SLM_TRY(w.kind(cs[i].kind()));
     if (auto st = cs[i].save(w); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
@@ -729,47 +515,38 @@ status decoder<Attention, Ffn, Norm, Format>::session::write_records(
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::load_impl(std::span<const std::byte> bytes) {
-  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
-  std::vector<cache> fresh;
-  SLM_TRY(make_caches(fresh, opt_));
-  std::size_t position = 0;
-  state_reader r({});
-  SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
+status decoder<Attention, Ffn, Norm, Format>::session::read_records(state_reader& r, caches& fresh,
+                                                                    std::size_t position) const {
   for (std::size_t i = 0; i < fresh.size(); ++i) {
     const std::string_view want = fresh[i].kind();
     SLM_TRY(expect_record(r, want, cat("layer ", i)));
     if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
-    if (m_->layers_[i].has_mixer && fresh[i].size() != position)
+    if (this->m_->layers_[i].has_mixer && fresh[i].size() != position)
       return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
                         " positions, the header says ", position);
   }
-  if (r.remaining() != 0)
-    return make_error(errc::format_error, r.remaining(), " bytes after the last layer record");
-  caches_ = std::move(fresh);
-  pos_ = position;
   return {};
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
 status decoder<Attention, Ffn, Norm, Format>::session::run(
     std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx) {
-  const model_config& c = m_->cfg_;
+  const model_config& c = this->m_->cfg_;
   const std::size_t T = ids.size(), d = c.hidden;
   SLM_TRY(x_.resize(T * d));
   SLM_TRY(h_.resize(T * d));
   SLM_TRY(y_.resize(T * d));
   for (std::size_t t = 0; t < T; ++t)
-    dequantize_row(m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
+    dequantize_row(this->m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
   if (c.embedding_multiplier != 1.0f)
     for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
   const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
-  for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
+  for (std::size_t i = 0; i < this->m_->layers_.size(); ++i) {
     SLM_TRY(check_cancelled(cx.cancel));
-    const layer& L = m_->layers_[i];
+    const layer& L = this->m_->layers_[i];
     if (L.has_mixer) {
       L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
-      SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), caches_[i], ws_, cx));
+      SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), this->st_[i], ws_, cx));
       for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
     }
     if (L.has_ffn) {
@@ -780,8 +557,8 @@ status decoder<Attention, Ffn, Norm, Format>::session::run(
   }
   if (rows == 0) return {};
   const float* last = x_.data() + (T - rows) * d;
-  m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
-  SLM_TRY(m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
+  this->m_->final_norm_.apply(last, rows, d, d, h_.data(), d);
+  SLM_TRY(this->m_->lm_head_.apply(h_.data(), rows, logits, cx));  // [rows, d] x [d, V] -> [rows, V]
   if (c.logits_scaling != 1.0f)
     for (std::size_t k = 0; k < rows * c.vocab; ++k) logits[k] /= c.logits_scaling;
   return {};

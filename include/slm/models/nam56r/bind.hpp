@@ -75,17 +75,13 @@ inline std::string structure_prefix() { return "embedding.cppmega_structure"; }
 // 11, 23, 35, 47).
 inline std::string m2rnn_prefix(std::size_t layer) { return cat("decoder.layers.", layer, ".mixer.impl"); }
 
-// `prefix`.name, or the bare name when prefix is empty.
-inline std::string join(std::string_view prefix, std::string_view name) {
-  return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-}
 
 // Whether the checkpoint has the optional embeddings under prefix.
 inline bool has_ngram_hash(const checkpoint& ck, std::string_view prefix) {
-  return ck.find(join(prefix, "hash_mults")) != nullptr;
+  return ck.find(join_module(prefix, "hash_mults")) != nullptr;
 }
 inline bool has_structure_embedding(const checkpoint& ck, std::string_view prefix) {
-  return ck.find(join(prefix, "component_scales")) != nullptr;
+  return ck.find(join_module(prefix, "component_scales")) != nullptr;
 }
 
 // The Megatron indexer: linear_wq_b [IH ID, q_lora], linear_wk [ID, d], k_norm.{weight,
@@ -150,11 +146,8 @@ result<basic_mla_attention<Rope>> load_mla(const checkpoint& ck, const std::stri
   a.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.nope + c.rope)));
   if (c.q_lora == 0) return make_error(errc::invalid_argument, "Megatron MLA '", prefix, "': q_lora_rank is 0");
   const std::size_t H = c.n_heads, d = c.hidden, qk = c.nope + c.rope;
-  auto take = [&](linear& dst, const char* name, std::size_t out, std::size_t in) -> status {
-    auto l = load_linear(ck, prefix + name, out, in);
-    if (!l.ok()) return std::move(l).take_error();
-    dst = std::move(*l);
-    return {};
+  auto take = [&](linear& dst, const char* name, std::size_t out, std::size_t in) {
+    return load_linear_into(dst, ck, prefix + name, out, in);
   };
   // [T, d] x [d, q_lora] -> [T, q_lora] x [q_lora, H qk] -> [T, H qk]
   SLM_TRY(take(a.q_a, ".linear_q_down_proj", c.q_lora, d));
@@ -256,10 +249,10 @@ SLM_INLINE result<mamba3_mixer> load_mamba3(const checkpoint& ck, std::string_vi
   mamba3_mixer m;
   m.cfg = c;
   const std::size_t H = c.heads(), P = c.headdim, N = c.d_state, R = c.rank(), Di = c.inner();
-  auto ip = load_linear(ck, join(prefix, "in_proj"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, in_proj_dim]
+  auto ip = load_linear(ck, join_module(prefix, "in_proj"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, in_proj_dim]
   if (!ip.ok()) return std::move(ip).take_error();
   m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, Di);  // [T, Di] -> [T, d]
+  auto op = load_linear(ck, join_module(prefix, "out_proj"), c.d_model, Di);  // [T, Di] -> [T, d]
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
   struct param {
@@ -282,7 +275,7 @@ SLM_INLINE result<mamba3_mixer> load_mamba3(const checkpoint& ck, std::string_vi
   };
   for (const param& p : params) {
     if (!p.wanted) continue;
-    auto v = load_shaped(ck, join(prefix, p.name), p.dims);
+    auto v = load_shaped(ck, join_module(prefix, p.name), p.dims);
     if (!v.ok()) return std::move(v).take_error();
     *p.dst = std::move(*v);
   }
@@ -294,25 +287,25 @@ SLM_INLINE result<m2rnn_mixer> load_m2rnn(const checkpoint& ck, std::string_view
   m2rnn_mixer m;
   m.cfg = c;
   const std::size_t H = c.heads(), V = c.v_head_dim, cd = c.conv_dim(), Kc = c.conv_kernel;
-  auto ip = load_linear(ck, join(prefix, "input_projection"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, d_in]
+  auto ip = load_linear(ck, join_module(prefix, "input_projection"), c.in_proj_dim(), c.d_model);  // [T, d] -> [T, d_in]
   if (!ip.ok()) return std::move(ip).take_error();
   m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join(prefix, "output_projection"), c.d_model, c.hv());  // [T, H V] -> [T, d]
+  auto op = load_linear(ck, join_module(prefix, "output_projection"), c.d_model, c.hv());  // [T, H V] -> [T, d]
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
-  if (Kc == 0 && ck.find(join(prefix, "conv1d.weight")))  // the config would silently drop a trained conv
-    return make_error(errc::format_error, ck.dir().string(), ": tensor '", join(prefix, "conv1d.weight"),
+  if (Kc == 0 && ck.find(join_module(prefix, "conv1d.weight")))  // the config would silently drop a trained conv
+    return make_error(errc::format_error, ck.dir().string(), ": tensor '", join_module(prefix, "conv1d.weight"),
                       "' exists but the config's conv kernel (m2rnn_conv_kernel) is 0");
   if (Kc) {
-    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
-    SLM_TRY(load_shaped(ck, join(prefix, "conv1d.bias"), {cd}, m.conv_b));
+    SLM_TRY(load_shaped(ck, join_module(prefix, "conv1d.weight"), {cd, 1, Kc}, m.conv_w));
+    SLM_TRY(load_shaped(ck, join_module(prefix, "conv1d.bias"), {cd}, m.conv_b));
   }
-  SLM_TRY(load_shaped(ck, join(prefix, "A_log"), {H}, m.A));
+  SLM_TRY(load_shaped(ck, join_module(prefix, "A_log"), {H}, m.A));
   for (std::size_t h = 0; h < H; ++h) m.A[h] = std::exp(m.A[h]);
-  SLM_TRY(load_shaped(ck, join(prefix, "dt_bias"), {H}, m.dt_bias));
-  SLM_TRY(load_shaped(ck, join(prefix, "state_weight"), {H, V, V}, m.W));
-  if (c.use_residual) SLM_TRY(load_shaped(ck, join(prefix, "D"), {H, V}, m.D));
-  SLM_TRY(load_shaped(ck, join(prefix, "g_norm.weight"), {H * V}, m.g_norm.weight));
+  SLM_TRY(load_shaped(ck, join_module(prefix, "dt_bias"), {H}, m.dt_bias));
+  SLM_TRY(load_shaped(ck, join_module(prefix, "state_weight"), {H, V, V}, m.W));
+  if (c.use_residual) SLM_TRY(load_shaped(ck, join_module(prefix, "D"), {H, V}, m.D));
+  SLM_TRY(load_shaped(ck, join_module(prefix, "g_norm.weight"), {H * V}, m.g_norm.weight));
   m.g_norm.eps = c.eps;
   m.g_norm.kind = norm_weight_kind::plain;
   return m;
@@ -326,25 +319,25 @@ SLM_INLINE result<ngram_hash_embedding> load_ngram_hash(const checkpoint& ck, st
   ngram_hash_embedding m;
   const std::size_t J = c.num_tables(), M = c.largest_order(), E = c.embed_dim;
   SLM_TRY(m.init_hash(c, {}, {}));
-  auto tw = load_linear_weight(ck, join(prefix, "unified_table"));
+  auto tw = load_linear_weight(ck, join_module(prefix, "unified_table"));
   if (!tw.ok()) return std::move(tw).take_error();
   if (tw->rows != c.total_rows() || tw->cols != E)
-    return make_error(errc::format_error, ck.dir().string(), ": module '", join(prefix, "unified_table"), "' is [",
+    return make_error(errc::format_error, ck.dir().string(), ": module '", join_module(prefix, "unified_table"), "' is [",
                       tw->rows, ", ", tw->cols, "], the config implies [", c.total_rows(), ", ", E, "]");
   m.table = *tw;
-  auto op = load_linear(ck, join(prefix, "out_proj"), c.d_model, c.concat_dim());  // [T, J E] -> [T, d]
+  auto op = load_linear(ck, join_module(prefix, "out_proj"), c.d_model, c.concat_dim());  // [T, J E] -> [T, d]
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
 
   std::array<std::int64_t, config::max_tables * M_max> buf{};
   std::array<std::int64_t, config::max_tables> hb{};
-  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_mults"), {J, M}, buf.data()));
-  SLM_TRY(load_shaped_ints(ck, join(prefix, "hash_bias"), {J}, hb.data()));
+  SLM_TRY(load_shaped_ints(ck, join_module(prefix, "hash_mults"), {J, M}, buf.data()));
+  SLM_TRY(load_shaped_ints(ck, join_module(prefix, "hash_bias"), {J}, hb.data()));
   SLM_TRY(m.init_hash(c, std::span<const std::int64_t>(buf.data(), J * M), std::span<const std::int64_t>(hb.data(), J)));
 
   // Derived buffers: checked against the config when present.
   auto check = [&](const char* name, std::initializer_list<std::size_t> dims, auto expect) -> status {
-    const std::string full = join(prefix, name);
+    const std::string full = join_module(prefix, name);
     if (!ck.find(full)) return {};
     SLM_TRY(load_shaped_ints(ck, full, dims, buf.data()));
     std::size_t n = 1;
@@ -369,9 +362,9 @@ SLM_INLINE result<structure_embedding> load_structure_embedding(const checkpoint
   SLM_TRY(c.validate());
   structure_embedding m;
   m.cfg = c;
-  SLM_TRY(load_shaped(ck, join(prefix, "stacked_emb.weight"), {c.total_vocab(), c.bottleneck}, m.table));
-  SLM_TRY(load_shaped(ck, join(prefix, "component_scales"), {c.num_active()}, m.scales));
-  auto up = load_linear(ck, join(prefix, "up_proj"), c.d_model, c.bottleneck);  // [T, B] -> [T, d]
+  SLM_TRY(load_shaped(ck, join_module(prefix, "stacked_emb.weight"), {c.total_vocab(), c.bottleneck}, m.table));
+  SLM_TRY(load_shaped(ck, join_module(prefix, "component_scales"), {c.num_active()}, m.scales));
+  auto up = load_linear(ck, join_module(prefix, "up_proj"), c.d_model, c.bottleneck);  // [T, B] -> [T, d]
   if (!up.ok()) return std::move(up).take_error();
   m.up_proj = std::move(*up);
   // Production checkpoints keep these at their zero initialisation: the term is then skipped.

@@ -84,6 +84,7 @@
 #include "slm/layers/moe.hpp"
 #include "slm/models/nam56r/bind.hpp"
 #include "slm/models/nam56r/pattern.hpp"
+#include "slm/models/session.hpp"
 #include "slm/layers/ngram_embedding.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/status.hpp"
@@ -165,6 +166,7 @@ class nam56r_model : public movable_model<nam56r_model> {
   session new_session(session_options o = {}) const;
 
  private:
+  struct session_state;
   friend class session;
   struct attn_layer {
     rms_norm norm;
@@ -220,20 +222,27 @@ class nam56r_model : public movable_model<nam56r_model> {
   linear head_;  // output_layer rows [0, vocab_size)
 };
 
-class nam56r_model::session : public blob_session_state<nam56r_model::session> {
+// Everything a session holds besides scratch; save() / load() carry all of it.
+struct nam56r_model::session_state {
+  std::vector<attention::cache> attn;       // main-stack MLA / DSA layers (latents, RoPE keys, indexer keys)
+  std::vector<mamba3_mixer::cache> mamba;   // with their rollback history
+  std::vector<m2rnn_mixer::cache> m2rnn;
+  std::vector<attention::cache> mtp;        // each MTP depth's own MLA cache
+  std::vector<std::size_t> mtp_n;           // positions held by each MTP depth's cache (all verified)
+  std::vector<floats> hk;                   // h^(k) of those positions, [mtp_n[k], d] per depth
+  floats hf;                                // final-normed hidden of every position, [pos, d] (MTP models)
+  std::vector<std::int32_t> tokens;         // every consumed id: the n-gram history, the MTP inputs
+};
+
+// A NAM56R session (models/session.hpp: options, rollback, snapshot, save / load), plus
+// the token history the n-gram embedding and the MTP heads read, and MTP drafting.
+class nam56r_model::session : public model_session<nam56r_model::session, nam56r_model, nam56r_model::session_state> {
+  using base = model_session<session, nam56r_model, session_state>;
+  friend base;
+
  public:
   explicit session(const nam56r_model& m, session_options o = {})
-      : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
-    if (opt_.max_tokens == 0) opt_.max_tokens = m.cfg_.max_position_embeddings;
-  }
-  // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
-  const status& usable() const noexcept { return weights_; }
-
-  std::size_t position() const noexcept { return pos_; }
-  std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
-  const session_options& options() const noexcept { return opt_; }
-  // Forget everything: the next forward starts at position 0.
-  void reset() noexcept;
+      : base(m, o, m.cfg_.max_position_embeddings, m.ck_ ? m.ck_->check_unchanged() : status{}) {}
 
   // Runs ids at positions position() .. position() + T and writes the logits of the last
   // `rows` tokens ([rows, vocab()]). side: optional structure ids (absent = 0). On any
@@ -245,55 +254,36 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
   status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
                  const structure_inputs& side, std::size_t hidden_rows = 0, float* hidden = nullptr);
 
-  // Whether rollback(n) would succeed (recurrent layers within their kept history).
-  bool can_rollback(std::size_t n) const noexcept;
-  // Drops the last n tokens exactly; an error leaves the session unchanged.
-  status rollback(std::size_t n);
-
-  // ---- Session state (the decoder session's semantics, models/hf/model.hpp; records at the top) ----
-
-  // snapshot(), restore(), save(), saved_size(), load(): blob_session_state (layers/recurrent_cache.hpp).
-
   // MTP drafting (see the top of this file): next = {x_p, d_1, .., d_{m-1}}, 1 <= m <=
   // mtp depths, position() >= 1; logits [m, vocab()]: row i = depth i + 1 at position p - 1.
   status draft(std::span<const std::int32_t> next, float* logits, compute_context& cx);
 
  private:
-  // Everything the session holds besides scratch; save() / load() carry all of it.
-  struct state {
-    std::vector<attention::cache> attn;       // main-stack MLA / DSA layers (latents, RoPE keys, indexer keys)
-    std::vector<mamba3_mixer::cache> mamba;   // with their rollback history
-    std::vector<m2rnn_mixer::cache> m2rnn;
-    std::vector<attention::cache> mtp;        // each MTP depth's own MLA cache
-    std::vector<std::size_t> mtp_n;           // positions held by each MTP depth's cache (all verified)
-    std::vector<floats> hk;                   // h^(k) of those positions, [mtp_n[k], d] per depth
-    floats hf;                                // final-normed hidden of every position, [pos, d] (MTP models)
-    std::vector<std::int32_t> tokens;         // every consumed id: the n-gram history, the MTP inputs
-  };
-  using state_type = state;  // for blob_session_state
-  friend class blob_session_state<session>;
+  using state = session_state;
+  static constexpr state_format::session_kind saved_kind = state_format::session_kind::nam56r;
 
   // Depth k (0-based) position t reads token t + k + 1: consumed when t + k + 1 <= p - 1.
   static std::size_t verified_len(std::size_t k, std::size_t p) noexcept { return p > k + 1 ? p - k - 1 : 0; }
   std::size_t verified_len(std::size_t k) const noexcept { return verified_len(k, pos_); }
 
-  status check_ids(std::span<const std::int32_t> ids, const char* what) const;
-
-  // A fresh state (caches initialized for o) of this model.
+  // ---- What models/session.hpp asks of a family ----
   status make_state(state& s, const session_options& o) const;
-  status ensure_caches();
-
-  // ---- Session state: the records after the shared header (see the top of this file) ----
-
-  // The state, or a fresh one in `scratch` for a session that has not run yet.
-  status current_state(state& scratch, const state*& s) const;
+  // Every cache, the token history and each MTP depth back to position len.
+  void truncate_state(state& s, std::size_t len) const noexcept;
+  template <class Fn>
+  void for_each_cache(const state& s, Fn&& fn) const {
+    for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
+      const layer_ref& l = m_->layers_[i];
+      if (l.kind == nam56r_layer_kind::mamba3) fn(i, s.mamba[l.slot]);
+      if (l.kind == nam56r_layer_kind::m2rnn) fn(i, s.m2rnn[l.slot]);
+    }
+  }
   // The config's state dimensions, the layer plan, each cache's layout, the KV dtype.
   std::uint64_t fingerprint(const state& s) const;
-  state_format::header header_of(const state& s) const;
+  std::uint64_t record_count() const noexcept { return m_->layers_.size() + m_->mtp_.size() + 1; }
+  // The records after the shared header (see the top of this file).
   status write_records(state_writer& w, const state& s) const;
-  status load_impl(std::span<const std::byte> bytes);
-
-  void truncate_main(std::size_t len) noexcept;
+  status read_records(state_reader& r, state& fresh, std::size_t position) const;
 
   // out [T, d] = word rows + NGram (history: hist_seq[0, j0)) + Struct(side).
   status embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq, std::size_t j0, float* out,
@@ -305,15 +295,6 @@ class nam56r_model::session : public blob_session_state<nam56r_model::session> {
   status run(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx,
              const structure_inputs& side, std::size_t hidden_rows, float* hidden);
 
-  model_ref<nam56r_model> m_;  // follows the model when it moves
-  session_options opt_;
-  // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
-  // rewritten in place: the weights are no longer the ones loaded, and a truncated
-  // file faults) is refused here, once per session: forward() and draft() return the error.
-  status weights_;
-  std::size_t pos_ = 0;
-  bool ready_ = false;
-  state st_;
   std::vector<floats> cur_;  // h^(k) of the positions of the current draft call
   floats h_, xn_, y_, u_, sel_;
   workspace ws_;
@@ -759,16 +740,6 @@ SLM_INLINE status nam56r_model::load_weights() {
   return ck.check_all_bound();
 }
 
-SLM_INLINE void nam56r_model::session::reset() noexcept {
-  for (auto& c : st_.attn) c.truncate(0);
-  for (auto& c : st_.mamba) c.truncate(0);
-  for (auto& c : st_.m2rnn) c.truncate(0);
-  for (auto& c : st_.mtp) c.truncate(0);
-  std::fill(st_.mtp_n.begin(), st_.mtp_n.end(), 0);
-  st_.tokens.clear();
-  pos_ = 0;
-}
-
 SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                  compute_context& cx) {
   return forward(ids, rows, logits, cx, structure_inputs{});
@@ -777,57 +748,16 @@ SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> i
 SLM_INLINE status nam56r_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                  compute_context& cx, const structure_inputs& side,
                                                  std::size_t hidden_rows, float* hidden) {
-  SLM_TRY(weights_);
-  const nam56r_config& c = m_->cfg_;
+  SLM_TRY(check_call("forward", ids, rows, logits, m_->cfg_.vocab_size));
   const std::size_t T = ids.size();
-  if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
-  if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
-  if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
   if (hidden_rows > T)
     return make_error(errc::invalid_argument, "forward: ", hidden_rows, " hidden rows asked of ", T, " tokens");
   if (hidden_rows > 0 && !hidden) return make_error(errc::invalid_argument, "forward: hidden is null");
-  SLM_TRY(check_ids(ids, "forward"));
-  if (pos_ + T > opt_.max_tokens)
-    return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
-                      opt_.max_tokens);
-  SLM_TRY(ensure_caches());
-  const std::size_t pos0 = pos_;
-  status s = run(ids, rows, logits, cx, side, hidden_rows, hidden);
-  if (!s.ok()) {
-    truncate_main(pos0);
-    return s;
-  }
-  st_.tokens.insert(st_.tokens.end(), ids.begin(), ids.end());
-  pos_ = pos0 + T;
-  (void)c;
-  return s;
-}
-
-SLM_INLINE bool nam56r_model::session::can_rollback(std::size_t n) const noexcept {
-  if (n == 0) return true;
-  if (n > pos_) return false;
-  for (const auto& c : st_.mamba)
-    if (!c.can_truncate(pos_ - n)) return false;
-  for (const auto& c : st_.m2rnn)
-    if (!c.can_truncate(pos_ - n)) return false;
-  return true;
-}
-
-SLM_INLINE status nam56r_model::session::rollback(std::size_t n) {
-  if (n == 0) return {};
-  if (n > pos_) return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", pos_);
-  if (!can_rollback(n))
-    return make_error(errc::unsupported, "rollback: a recurrent layer cannot drop ", n,
-                      " tokens: it keeps the states of its last tokens only (session_options::rollback_tokens = ",
-                      opt_.rollback_tokens, "); the session is unchanged");
-  truncate_main(pos_ - n);
-  pos_ -= n;
-  st_.tokens.resize(pos_);
-  for (std::size_t k = 0; k < st_.mtp.size(); ++k) {
-    st_.mtp_n[k] = std::min(st_.mtp_n[k], verified_len(k));
-    st_.mtp[k].truncate(st_.mtp_n[k]);
-  }
-  return {};
+  return advance(T, [&]() -> status {
+    SLM_TRY(run(ids, rows, logits, cx, side, hidden_rows, hidden));
+    st_.tokens.insert(st_.tokens.end(), ids.begin(), ids.end());
+    return {};
+  });
 }
 
 SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> next, float* logits, compute_context& cx) {
@@ -839,8 +769,9 @@ SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> nex
     return make_error(errc::invalid_argument, "draft: ", m, " tokens given, expected 1..", D, " (one per MTP depth)");
   if (p == 0) return make_error(errc::invalid_argument, "draft: the session holds no token yet");
   if (!logits) return make_error(errc::invalid_argument, "draft: logits is null");
-  SLM_TRY(check_ids(next, "draft"));
-  SLM_TRY(ensure_caches());
+  SLM_TRY(check_ids("draft", next, c.vocab_size));
+  SLM_TRY(ensure_state());
+  cur_.resize(D);
   // seq = consumed tokens ++ next
   std::vector<std::int32_t> seq(st_.tokens);
   seq.insert(seq.end(), next.begin(), next.end());
@@ -889,15 +820,6 @@ SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> nex
   return {};
 }
 
-SLM_INLINE status nam56r_model::session::check_ids(std::span<const std::int32_t> ids, const char* what) const {
-  const std::size_t V = m_->cfg_.vocab_size;
-  for (std::size_t t = 0; t < ids.size(); ++t)
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= V)
-      return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
-                        " is outside the vocabulary [0, ", V, ")");
-  return {};
-}
-
 SLM_INLINE status nam56r_model::session::make_state(state& s, const session_options& o) const {
   const nam56r_model& m = *m_;
   s.attn.resize(m.attn_.size());
@@ -910,26 +832,6 @@ SLM_INLINE status nam56r_model::session::make_state(state& s, const session_opti
   for (std::size_t i = 0; i < m.mtp_.size(); ++i) SLM_TRY(m.mtp_[i].attn.attn.init_cache(s.mtp[i], o));
   s.mtp_n.assign(m.mtp_.size(), 0);
   s.hk.resize(m.mtp_.size());
-  return {};
-}
-
-SLM_INLINE status nam56r_model::session::ensure_caches() {
-  if (ready_) return {};
-  state fresh;
-  SLM_TRY(make_state(fresh, opt_));
-  st_ = std::move(fresh);
-  cur_.resize(m_->mtp_.size());
-  ready_ = true;
-  return {};
-}
-
-SLM_INLINE status nam56r_model::session::current_state(state& scratch, const state*& s) const {
-  s = &st_;
-  if (ready_) return {};
-  session_options o = opt_;
-  o.reserve_tokens = 0;
-  SLM_TRY(make_state(scratch, o));
-  s = &scratch;
   return {};
 }
 
@@ -952,16 +854,6 @@ SLM_INLINE std::uint64_t nam56r_model::session::fingerprint(const state& s) cons
   }
   for (const auto& c2 : s.mtp) c2.fingerprint(h);
   return h.value();
-}
-
-SLM_INLINE state_format::header nam56r_model::session::header_of(const state& s) const {
-  state_format::header h;
-  h.session = state_format::session_kind::nam56r;
-  h.kv = static_cast<std::uint8_t>(opt_.kv);
-  h.fingerprint = fingerprint(s);
-  h.records = m_->layers_.size() + m_->mtp_.size() + 1;
-  h.position = pos_;
-  return h;
 }
 
 SLM_INLINE status nam56r_model::session::write_records(state_writer& w, const state& s) const {
@@ -994,15 +886,9 @@ SLM_INLINE status nam56r_model::session::write_records(state_writer& w, const st
   return w.f32_rows(s.hf.data(), m.mtp_.empty() ? 0 : s.tokens.size(), d);
 }
 
-SLM_INLINE status nam56r_model::session::load_impl(std::span<const std::byte> bytes) {
-  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
+SLM_INLINE status nam56r_model::session::read_records(state_reader& r, state& fresh, std::size_t position) const {
   const nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, V = m.cfg_.vocab_size;
-  state fresh;
-  SLM_TRY(make_state(fresh, opt_));
-  std::size_t position = 0;
-  state_reader r({});
-  SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
   auto cache_record = [&](auto& cache, const std::string& where) -> status {
     SLM_TRY(expect_record(r, cache.kind(), where));
     if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
@@ -1044,19 +930,18 @@ SLM_INLINE status nam56r_model::session::load_impl(std::span<const std::byte> by
     if (fresh.tokens[t] < 0 || static_cast<std::size_t>(fresh.tokens[t]) >= V)
       return make_error(errc::format_error, "history token ", t, " is ", fresh.tokens[t], ", outside the vocabulary [0, ",
                         V, ")");
-  SLM_TRY(r.f32_rows(fresh.hf, m.mtp_.empty() ? 0 : position, d, "final hidden rows"));
-  if (r.remaining() != 0) return make_error(errc::format_error, r.remaining(), " bytes after the last record");
-  st_ = std::move(fresh);
-  cur_.resize(m.mtp_.size());
-  pos_ = position;
-  ready_ = true;
-  return {};
+  return r.f32_rows(fresh.hf, m.mtp_.empty() ? 0 : position, d, "final hidden rows");
 }
 
-SLM_INLINE void nam56r_model::session::truncate_main(std::size_t len) noexcept {
-  for (auto& c : st_.attn) c.truncate(len);
-  for (auto& c : st_.mamba) c.truncate(len);
-  for (auto& c : st_.m2rnn) c.truncate(len);
+SLM_INLINE void nam56r_model::session::truncate_state(state& s, std::size_t len) const noexcept {
+  for (auto& c : s.attn) c.truncate(len);
+  for (auto& c : s.mamba) c.truncate(len);
+  for (auto& c : s.m2rnn) c.truncate(len);
+  if (s.tokens.size() > len) s.tokens.resize(len);
+  for (std::size_t k = 0; k < s.mtp.size(); ++k) {  // a depth keeps only positions whose inputs remain
+    s.mtp_n[k] = std::min(s.mtp_n[k], verified_len(k, len));
+    s.mtp[k].truncate(s.mtp_n[k]);
+  }
 }
 
 SLM_INLINE status nam56r_model::session::embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq,

@@ -37,26 +37,23 @@ result<mhc_mixer> load_mhc(const checkpoint& ck, std::string_view prefix, const 
 
 SLM_INLINE result<engram_branch> load_engram(const checkpoint& ck, std::string_view prefix, const engram_config& c) {
   SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) {
-    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-  };
   engram_branch e;
   e.cfg = c;
   const std::size_t C = c.n_embd, b = c.bottleneck();
-  auto ip = load_linear(ck, join("in_proj"), b, C);  // [T, C] x [C, b] -> [T, b]
+  auto ip = load_linear(ck, join_module(prefix, "in_proj"), b, C);  // [T, C] x [C, b] -> [T, b]
   if (!ip.ok()) return std::move(ip).take_error();
   e.in_proj = std::move(*ip);
   e.order_mix.reserve(c.orders.size());
   for (std::size_t j = 0; j < c.orders.size(); ++j) {
-    auto m = load_linear(ck, join(cat("order_mix.", j)), b, b);  // [T, b] x [b, b] -> [T, b]
+    auto m = load_linear(ck, join_module(prefix, cat("order_mix.", j)), b, b);  // [T, b] x [b, b] -> [T, b]
     if (!m.ok()) return std::move(m).take_error();
     e.order_mix.push_back(std::move(*m));
   }
-  const std::string extra = join(cat("order_mix.", c.orders.size(), ".weight"));
+  const std::string extra = join_module(prefix, cat("order_mix.", c.orders.size(), ".weight"));
   if (ck.find(extra))
     return make_error(errc::format_error, ck.dir().string(), ": tensor '", extra, "' exists but the config has ",
                       c.orders.size(), " ngram orders");
-  auto op = load_linear(ck, join("out_proj"), C, b);  // [T, b] x [b, C] -> [T, C]
+  auto op = load_linear(ck, join_module(prefix, "out_proj"), C, b);  // [T, b] x [b, C] -> [T, C]
   if (!op.ok()) return std::move(op).take_error();
   e.out_proj = std::move(*op);
   return e;
@@ -64,15 +61,12 @@ SLM_INLINE result<engram_branch> load_engram(const checkpoint& ck, std::string_v
 
 SLM_INLINE result<mhc_mixer> load_mhc(const checkpoint& ck, std::string_view prefix, const mhc_config& c) {
   SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) {
-    return prefix.empty() ? std::string(name) : cat(prefix, ".", name);
-  };
   mhc_mixer m;
   m.cfg = c;
-  auto p = load_linear(ck, join("score_proj"), c.hidden(), c.n_embd);  // [N, C] x [C, h] -> [N, h]
+  auto p = load_linear(ck, join_module(prefix, "score_proj"), c.hidden(), c.n_embd);  // [N, C] x [C, h] -> [N, h]
   if (!p.ok()) return std::move(p).take_error();
   m.score_proj = std::move(*p);
-  auto o = load_linear(ck, join("score_out"), 1, c.hidden());  // [N, h] x [h, 1] -> [N, 1]
+  auto o = load_linear(ck, join_module(prefix, "score_out"), 1, c.hidden());  // [N, h] x [h, 1] -> [N, 1]
   if (!o.ok()) return std::move(o).take_error();
   m.score_out = std::move(*o);
   return m;

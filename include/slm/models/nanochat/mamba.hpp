@@ -167,14 +167,13 @@ SLM_INLINE status nanochat_mamba_state::copy_from(const nanochat_mamba_state& o)
 SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpoint& ck, std::string_view prefix,
                                                                    const nanochat_mamba_config& c) {
   SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_mamba_layer m;
   m.cfg = c;
   const std::size_t H = c.nheads(), G = c.ngroups, N = c.d_state, cd = c.conv_dim();
-  auto ip = load_linear(ck, join("in_proj"), c.in_proj_rows(), c.n_embd);
+  auto ip = load_linear(ck, join_module(prefix, "in_proj"), c.in_proj_rows(), c.n_embd);
   if (!ip.ok()) return std::move(ip).take_error();
   m.in_proj = std::move(*ip);
-  auto op = load_linear(ck, join("out_proj"), c.n_embd, c.d_inner());
+  auto op = load_linear(ck, join_module(prefix, "out_proj"), c.n_embd, c.d_inner());
   if (!op.ok()) return std::move(op).take_error();
   m.out_proj = std::move(*op);
   auto take = [&](floats& dst, const std::string& name, std::initializer_list<std::size_t> dims) -> status {
@@ -183,15 +182,15 @@ SLM_INLINE result<nanochat_mamba_layer> nanochat_mamba_layer::load(const checkpo
     dst = std::move(*v);
     return {};
   };
-  SLM_TRY(take(m.conv_w, join("conv1d.weight"), {cd, 1, c.d_conv}));
-  SLM_TRY(take(m.conv_b, join("conv1d.bias"), {cd}));
-  SLM_TRY(take(m.A, join("A_log"), {H}));
+  SLM_TRY(take(m.conv_w, join_module(prefix, "conv1d.weight"), {cd, 1, c.d_conv}));
+  SLM_TRY(take(m.conv_b, join_module(prefix, "conv1d.bias"), {cd}));
+  SLM_TRY(take(m.A, join_module(prefix, "A_log"), {H}));
   for (std::size_t h = 0; h < H; ++h) m.A[h] = -std::exp(m.A[h]);
-  SLM_TRY(take(m.dt_bias, join("dt_bias"), {H}));
-  SLM_TRY(take(m.D, join("D"), {H}));
+  SLM_TRY(take(m.dt_bias, join_module(prefix, "dt_bias"), {H}));
+  SLM_TRY(take(m.D, join_module(prefix, "D"), {H}));
   if (c.bias) {
-    SLM_TRY(take(m.B_bias, join("B_bias"), {G, N}));
-    SLM_TRY(take(m.C_bias, join("C_bias"), {G, N}));
+    SLM_TRY(take(m.B_bias, join_module(prefix, "B_bias"), {G, N}));
+    SLM_TRY(take(m.C_bias, join_module(prefix, "C_bias"), {G, N}));
   }
   if (c.complex_rope) {
     SLM_TRY(m.inv_freq.resize(N / 2));

@@ -87,6 +87,7 @@
 #include "slm/models/bind.hpp"
 #include "slm/models/nanochat/bind.hpp"
 #include "slm/models/nanochat/mamba.hpp"
+#include "slm/models/session.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/formats/quant_config.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -333,60 +334,41 @@ class nanochat_model : public movable_model<nanochat_model> {
   nanochat_mtp_head mtp_;
 };
 
-// Inference with a KV cache (see the top of this file for what each layer keeps).
-class nanochat_model::session : public blob_session_state<nanochat_model::session> {
-  using state_type = sequence;  // for blob_session_state
-  friend class blob_session_state<session>;
+// Inference with a KV cache (see the top of this file for what each layer keeps;
+// models/session.hpp: options, rollback, snapshot, save / load).
+class nanochat_model::session : public model_session<nanochat_model::session, nanochat_model, nanochat_model::sequence> {
+  using base = model_session<session, nanochat_model, sequence>;
+  friend base;
 
  public:
+  // nanochat precomputes RoPE for 10 x sequence_len positions and asserts beyond.
   explicit session(const nanochat_model& m, session_options o = {})
-      : m_(m), opt_(o), weights_(m.ck_ ? m.ck_->check_unchanged() : status{}) {
-    // nanochat precomputes RoPE for 10 x sequence_len positions and asserts beyond.
-    if (opt_.max_tokens == 0) opt_.max_tokens = 10 * m.cfg_.sequence_len;
-  }
-  // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
-  const status& usable() const noexcept { return weights_; }
-
-  std::size_t position() const noexcept { return seq_.pos; }
-  std::size_t max_tokens() const noexcept { return opt_.max_tokens; }
-  const session_options& options() const noexcept { return opt_; }
-  void reset() noexcept { truncate(seq_, 0); }
+      : base(m, o, 10 * m.cfg_.sequence_len, m.ck_ ? m.ck_->check_unchanged() : status{}) {}
 
   // Runs ids at positions position() .. position() + T; the logits of the last `rows`
   // tokens into logits [rows, vocab]. Any error leaves the session as it was.
   status forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits, compute_context& cx);
 
-  // Whether rollback(n) would succeed (KV rows and mHC history always; Mamba and Engram
-  // states within session_options::rollback_tokens, or exactly the last call).
-  bool can_rollback(std::size_t n) const noexcept;
-  // The largest n such that rollback(k) succeeds for every k <= n.
-  std::size_t rollback_limit() const noexcept;
-  // Drops the last n tokens; an error leaves the session unchanged.
-  status rollback(std::size_t n);
-
-  // ---- Session state (the decoder session's semantics, models/hf/model.hpp; records at the top) ----
-
-  // snapshot(), restore(), save(), saved_size(), load(): blob_session_state (layers/recurrent_cache.hpp).
-
  private:
-  // The sequence, or a fresh one in `scratch` for a session that has not run yet.
-  status current_state(sequence& scratch, const sequence*& s) const;
-  std::size_t record_count() const noexcept;
+  static constexpr state_format::session_kind saved_kind = state_format::session_kind::nanochat;
+
+  // ---- What models/session.hpp asks of a family ----
+  status make_state(sequence& s, const session_options& o) const { return m_->init_sequence(s, o); }
+  void truncate_state(sequence& s, std::size_t len) const noexcept { truncate(s, len); }
+  // The recurrent caches (Mamba, Engram); KV rows and mHC history always roll back.
+  template <class Fn>
+  void for_each_cache(const sequence& s, Fn&& fn) const {
+    for (std::size_t i = 0; i < s.layers.size(); ++i) {
+      if (s.layers[i].mamba.initialized()) fn(i, s.layers[i].mamba);
+      if (s.layers[i].engram.initialized()) fn(i, s.layers[i].engram);
+    }
+  }
   // The config's dimensions, per layer its mixer, window and branches, each cache's
   // layout, the KV dtype.
   std::uint64_t fingerprint(const sequence& s) const;
-  state_format::header header_of(const sequence& s) const;
+  std::uint64_t record_count() const noexcept;
   status write_records(state_writer& w, const sequence& s) const;
-  status load_impl(std::span<const std::byte> bytes);
-
-  model_ref<nanochat_model> m_;  // follows the model when it moves
-  session_options opt_;
-  // A mapped checkpoint whose files changed since they were mapped (replaced, or worse,
-  // rewritten in place: the weights are no longer the ones loaded, and a truncated
-  // file faults) is refused here, once per session: forward() returns the error.
-  status weights_;
-  sequence seq_;
-  bool ready_ = false;
+  status read_records(state_reader& r, sequence& fresh, std::size_t position) const;
 };
 
 inline nanochat_model::session nanochat_model::new_session(session_options o) const { return session(*this, o); }
@@ -456,27 +438,18 @@ SLM_INLINE status nanochat_attention_config::validate() const {
 SLM_INLINE result<nanochat_attention> nanochat_attention::load(const checkpoint& ck, std::string_view prefix,
                                                                const nanochat_attention_config& c) {
   SLM_TRY(c.validate());
-  const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_attention a;
   a.cfg = c;
   const std::size_t C = c.n_embd, hd = c.head_dim(), kvd = c.n_kv_head * hd;
   struct item { linear* dst; const char* name; std::size_t out, in; };
   const item items[] = {{&a.c_q, "c_q", c.n_head * hd, C}, {&a.c_k, "c_k", kvd, C}, {&a.c_v, "c_v", kvd, C},
                         {&a.c_proj, "c_proj", C, c.n_head * hd}};
-  for (const item& it : items) {
-    auto l = load_linear(ck, join(it.name), it.out, it.in);
-    if (!l.ok()) return std::move(l).take_error();
-    *it.dst = std::move(*l);
-  }
+  for (const item& it : items) SLM_TRY(load_linear_into(*it.dst, ck, join_module(prefix, it.name), it.out, it.in));
   if (c.dsa) {
     const item idx[] = {{&a.idx_q, "indexer.q_proj", c.dsa_indexer_heads * c.dsa_indexer_dim, C},
                         {&a.idx_k, "indexer.k_proj", c.dsa_indexer_dim, C},
                         {&a.idx_w, "indexer.w_proj", c.dsa_indexer_heads, C}};
-    for (const item& it : idx) {
-      auto l = load_linear(ck, join(it.name), it.out, it.in);
-      if (!l.ok()) return std::move(l).take_error();
-      *it.dst = std::move(*l);
-    }
+    for (const item& it : idx) SLM_TRY(load_linear_into(*it.dst, ck, join_module(prefix, it.name), it.out, it.in));
   }
   a.rope = nanochat_rope::make(c.rope_theta, hd);
   return a;
@@ -661,17 +634,16 @@ SLM_INLINE status nanochat_mlp::forward(const float* x, std::size_t T, float* y,
 
 SLM_INLINE result<nanochat_mtp_head> nanochat_mtp_head::load(const checkpoint& ck, std::string_view prefix,
                                                              nanochat_attention_config c) {
-  const auto join = [&](std::string_view name) { return prefix.empty() ? std::string(name) : cat(prefix, ".", name); };
   nanochat_mtp_head m;
   c.dsa = false;
   c.window_left = -1;
-  auto p = load_linear(ck, join("proj"), c.n_embd, 2 * c.n_embd);
+  auto p = load_linear(ck, join_module(prefix, "proj"), c.n_embd, 2 * c.n_embd);
   if (!p.ok()) return std::move(p).take_error();
   m.proj = std::move(*p);
-  auto a = nanochat_attention::load(ck, join("block.attn"), c);
+  auto a = nanochat_attention::load(ck, join_module(prefix, "block.attn"), c);
   if (!a.ok()) return std::move(a).take_error();
   m.attn = std::move(*a);
-  auto f = nanochat_mlp::load(ck, join("block.mlp"), c.n_embd);
+  auto f = nanochat_mlp::load(ck, join_module(prefix, "block.mlp"), c.n_embd);
   if (!f.ok()) return std::move(f).take_error();
   m.mlp = std::move(*f);
   return m;
@@ -1094,68 +1066,13 @@ SLM_INLINE status nanochat_model::check_ids(std::span<const std::int32_t> ids) c
 
 SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                    compute_context& cx) {
-  SLM_TRY(weights_);
-  const std::size_t T = ids.size();
-  if (T == 0) return make_error(errc::invalid_argument, "forward: no tokens");
-  if (rows > T) return make_error(errc::invalid_argument, "forward: ", rows, " logit rows asked of ", T, " tokens");
-  if (rows > 0 && !logits) return make_error(errc::invalid_argument, "forward: logits is null");
-  SLM_TRY(m_->check_ids(ids));
-  if (seq_.pos + T > opt_.max_tokens)
-    return make_error(errc::out_of_range, "context full: ", seq_.pos, " + ", T, " tokens exceed the limit of ",
-                      opt_.max_tokens);
-  if (!ready_) {
-    SLM_TRY(m_->init_sequence(seq_, opt_));
-    ready_ = true;
-  }
-  const std::size_t pos0 = seq_.pos;
-  status s = m_->run(seq_, ids, rows, logits, false, cx);
-  if (!s.ok()) {
-    truncate(seq_, pos0);  // every cache back to where the call began
-    return s;
-  }
-  seq_.pos = pos0 + T;
-  return {};
-}
-
-SLM_INLINE bool nanochat_model::session::can_rollback(std::size_t n) const noexcept {
-  if (n == 0) return true;
-  if (n > seq_.pos) return false;
-  for (const layer_state& L : seq_.layers) {
-    if (L.mamba.initialized() && !L.mamba.can_truncate(seq_.pos - n)) return false;
-    if (L.engram.initialized() && !L.engram.can_truncate(seq_.pos - n)) return false;
-  }
-  return true;
-}
-
-SLM_INLINE std::size_t nanochat_model::session::rollback_limit() const noexcept {
-  std::size_t lim = seq_.pos;
-  for (const layer_state& L : seq_.layers) {
-    if (L.mamba.initialized()) lim = std::min(lim, L.mamba.rollback_limit());
-    if (L.engram.initialized()) lim = std::min(lim, L.engram.rollback_limit());
-  }
-  return lim;
-}
-
-SLM_INLINE status nanochat_model::session::rollback(std::size_t n) {
-  if (n == 0) return {};
-  if (n > seq_.pos)
-    return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the session holds ", seq_.pos);
-  if (!can_rollback(n))
-    return make_error(errc::unsupported, "rollback: a recurrent layer (Mamba or Engram) cannot drop ", n,
-                      " tokens: it keeps the states of its last session_options::rollback_tokens = ",
-                      opt_.rollback_tokens, " tokens (and of the last call's start); the session is unchanged");
-  truncate(seq_, seq_.pos - n);
-  return {};
-}
-
-SLM_INLINE status nanochat_model::session::current_state(sequence& scratch, const sequence*& s) const {
-  s = &seq_;
-  if (ready_) return {};
-  session_options o = opt_;
-  o.reserve_tokens = 0;
-  SLM_TRY(m_->init_sequence(scratch, o));
-  s = &scratch;
-  return {};
+  SLM_TRY(check_call("forward", ids, rows, logits, m_->cfg_.vocab_size));
+  return advance(ids.size(), [&]() -> status {
+    st_.pos = pos_;  // the sequence's own position: where run() starts, what truncate() clamps
+    SLM_TRY(m_->run(st_, ids, rows, logits, false, cx));
+    st_.pos = pos_ + ids.size();
+    return {};
+  });
 }
 
 SLM_INLINE std::size_t nanochat_model::session::record_count() const noexcept {
@@ -1185,16 +1102,6 @@ SLM_INLINE std::uint64_t nanochat_model::session::fingerprint(const sequence& s)
   return h.value();
 }
 
-SLM_INLINE state_format::header nanochat_model::session::header_of(const sequence& s) const {
-  state_format::header h;
-  h.session = state_format::session_kind::nanochat;
-  h.kv = static_cast<std::uint8_t>(opt_.kv);
-  h.fingerprint = fingerprint(s);
-  h.records = record_count();
-  h.position = s.pos;
-  return h;
-}
-
 SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const sequence& s) const {
   const std::size_t C = m_->cfg_.n_embd;
   auto record = [&w](const auto& cache) -> status {
@@ -1215,14 +1122,8 @@ SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const 
   return {};
 }
 
-SLM_INLINE status nanochat_model::session::load_impl(std::span<const std::byte> bytes) {
-  SLM_TRY(check_state_envelope(bytes));  // before allocating what it would fill
+SLM_INLINE status nanochat_model::session::read_records(state_reader& r, sequence& fresh, std::size_t position) const {
   const std::size_t C = m_->cfg_.n_embd;
-  sequence fresh;
-  SLM_TRY(m_->init_sequence(fresh, opt_));
-  std::size_t position = 0;
-  state_reader r({});
-  SLM_TRY(open_state_blob(bytes, header_of(fresh), opt_.max_tokens, position, r));
   auto cache_record = [&](auto& cache, const std::string& where) -> status {
     SLM_TRY(expect_record(r, cache.kind(), where));
     if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
@@ -1243,10 +1144,7 @@ SLM_INLINE status nanochat_model::session::load_impl(std::span<const std::byte> 
         return std::move(st).with_context(where);
     }
   }
-  if (r.remaining() != 0) return make_error(errc::format_error, r.remaining(), " bytes after the last record");
-  seq_.layers = std::move(fresh.layers);
-  seq_.pos = position;
-  ready_ = true;
+  fresh.pos = position;
   return {};
 }
 
