@@ -254,7 +254,7 @@ TEST(modelConfigErrors, MalformedRopeValuesNameTheKey) {
     };
   };
   EXPECT_TRUE(fails_with(parse_edited("llama3_rope", edit_rp("factor", "eight")), errc::format_error,
-                         {"rope_parameters.factor"}));
+                         {"config.json, rope_parameters", "\"factor\"", "is not a finite number"}));
   EXPECT_TRUE(fails_with(parse_edited("llama3_rope", edit_rp("factor", -8.0)), errc::format_error, {"factor"}));
   EXPECT_TRUE(fails_with(parse_edited("llama3_rope", edit_rp("rope_theta", 0.0)), errc::format_error, {"rope_theta"}));
   EXPECT_TRUE(fails_with(parse_edited("llama3_rope", edit_rp("partial_rotary_factor", 1.5)), errc::format_error,

@@ -142,13 +142,6 @@ SLM_INLINE result<rope_params> rope_params_from_config(const json::value& cfg) {
   }
   if (dict && !dict->is_null() && !dict->is_object())
     return make_error(errc::unsupported, "config.json: \"", where, "\" is not an object (per-layer-type RoPE is not supported)");
-  auto number = [&](std::string_view key, double& out) -> status {
-    const json::value* v = dict ? dict->find(key) : nullptr;
-    if (!v || v->is_null()) return {};
-    if (!v->is_number()) return make_error(errc::format_error, "config.json: \"", where, ".", key, "\" is not a number");
-    out = v->as_double();
-    return {};
-  };
   p.theta = cfg.get_double("rope_theta", p.theta);
   p.partial_rotary_factor = cfg.get_double("partial_rotary_factor", 1.0);
   std::string_view type = "default";
@@ -159,17 +152,19 @@ SLM_INLINE result<rope_params> rope_params_from_config(const json::value& cfg) {
         return make_error(errc::unsupported, "config.json: \"", where, ".", m.key,
                           "\": per-layer-type RoPE parameters are not supported");
     type = dict->get_string("rope_type", dict->get_string("type", "default"));
-    SLM_TRY(number("rope_theta", p.theta));
-    SLM_TRY(number("partial_rotary_factor", p.partial_rotary_factor));
-    SLM_TRY(number("factor", p.factor));
-    SLM_TRY(number("low_freq_factor", p.low_freq_factor));
-    SLM_TRY(number("high_freq_factor", p.high_freq_factor));
-    SLM_TRY(number("original_max_position_embeddings", p.original_max_position_embeddings));
-    SLM_TRY(number("beta_fast", p.beta_fast));
-    SLM_TRY(number("beta_slow", p.beta_slow));
-    SLM_TRY(number("mscale", p.mscale));
-    SLM_TRY(number("mscale_all_dim", p.mscale_all_dim));
-    SLM_TRY(number("attention_factor", p.attention_factor));
+    const std::string source = cat("config.json, ", where);
+    const config_reader r{*dict, source};
+    SLM_TRY(r.number("rope_theta", p.theta));
+    SLM_TRY(r.number("partial_rotary_factor", p.partial_rotary_factor));
+    SLM_TRY(r.number("factor", p.factor));
+    SLM_TRY(r.number("low_freq_factor", p.low_freq_factor));
+    SLM_TRY(r.number("high_freq_factor", p.high_freq_factor));
+    SLM_TRY(r.number("original_max_position_embeddings", p.original_max_position_embeddings));
+    SLM_TRY(r.number("beta_fast", p.beta_fast));
+    SLM_TRY(r.number("beta_slow", p.beta_slow));
+    SLM_TRY(r.number("mscale", p.mscale));
+    SLM_TRY(r.number("mscale_all_dim", p.mscale_all_dim));
+    SLM_TRY(r.number("attention_factor", p.attention_factor));
     if (const json::value* t = dict->find("truncate"); t && t->is_bool()) p.truncate = t->as_bool();
   }
   if (type == "default") p.type = rope_type::standard;
