@@ -137,6 +137,34 @@ inline std::vector<std::byte> session_fixture(const std::string& name, const std
   return out;
 }
 
+// The check of a pinned session file: `s`, a session that has run, saves; the fixture
+// `name` (session_fixture) has the same size, loads into `f` (a fresh session of the same
+// model and options), and `f` saves it back to the same bytes.
+template <class Session>
+::testing::AssertionResult loads_session_fixture(const std::string& name, const Session& s, Session& f) {
+  auto saved = s.save();
+  if (!saved.ok()) return ::testing::AssertionFailure() << "save: " << saved.error().message();
+  const std::vector<std::byte> fixture = session_fixture(name, *saved);
+  if (fixture.size() != saved->size())
+    return ::testing::AssertionFailure() << name << ": the fixture is " << fixture.size() << " bytes, today's save "
+                                         << saved->size();
+  if (const slm::status st = f.load(fixture); !st.ok())
+    return ::testing::AssertionFailure() << name << ": load: " << st.message();
+  auto again = f.save();
+  if (!again.ok() || *again != fixture)
+    return ::testing::AssertionFailure() << name << ": saving the loaded fixture gives other bytes";
+  return ::testing::AssertionSuccess();
+}
+
+// max |a - b| <= rel * max(1, max |a|): two continuations agree within `rel` of the logits' range.
+inline ::testing::AssertionResult within_range(const std::vector<float>& a, const std::vector<float>& b, double rel) {
+  double range = 1.0;
+  for (float v : a) range = std::max(range, static_cast<double>(std::fabs(v)));
+  const double diff = max_abs_diff(a.data(), b.data(), a.size());
+  if (a.size() == b.size() && diff <= rel * range) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max |a - b| = " << diff << " exceeds " << rel << " x " << range;
+}
+
 // The names in `dir` that hold ".tmp" (what an interrupted or failed atomic write of slm
 // would leave behind: PATH.tmp.<pid>.<n> files, OUT.tmp.<pid>.<n> directories), sorted.
 inline std::vector<std::string> temporaries_in(const std::filesystem::path& dir) {

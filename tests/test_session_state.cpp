@@ -931,21 +931,13 @@ TEST(session_state, FilesSavedByEarlierCodeStillLoad) {
     std::vector<float> logits(3 * V), a(2 * V), b(2 * V);
     ASSERT_TRUE(s.forward(std::span(ids.data(), 3), 3, logits.data(), cx).ok());
     ASSERT_TRUE(s.forward(std::span(ids.data() + 3, 1), 1, logits.data(), cx).ok());
-    auto saved = s.save();
-    ASSERT_TRUE(saved.ok()) << saved.error().message();
-    const bytes fixture = slm_test::session_fixture(std::string("decoder_") + name, *saved);
-    ASSERT_EQ(fixture.size(), saved->size());
     auto f = m->new_session(o);
-    const slm::status st = f.load(fixture);
-    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_TRUE(slm_test::loads_session_fixture(std::string("decoder_") + name, s, f));
     EXPECT_EQ(f.position(), 4u);
-    auto again = f.save();
-    ASSERT_TRUE(again.ok());
-    EXPECT_TRUE(*again == fixture);
     ASSERT_TRUE(f.rollback(1).ok());  // the kept recurrent history came with the file
     ASSERT_TRUE(s.rollback(1).ok());
     ASSERT_TRUE(s.forward(std::span(ids.data() + 3, 2), 2, a.data(), cx).ok());
     ASSERT_TRUE(f.forward(std::span(ids.data() + 3, 2), 2, b.data(), cx).ok());
-    EXPECT_LE(max_abs_diff(a.data(), b.data(), a.size()), 1e-4 * std::max(1.0, max_abs(a.data(), a.size())));
+    EXPECT_TRUE(slm_test::within_range(a, b, 1e-4));
   }
 }
