@@ -230,7 +230,7 @@ weight_totals count_weights(const slm::model& m) {
     const auto& L = m.layers()[i];
     std::uint64_t layer = 0, experts = 0;
     auto add = [&](std::string_view, const slm::linear& l, bool) { layer += slm::weight_bytes(l.w); };
-    L.attention.for_each_linear(add);
+    L.mixer.for_each_linear(add);
     L.ffn.for_each_linear(add);
     if (const auto* moe = std::get_if<slm::moe_ffn>(&L.ffn.impl))
       for (const auto& e : moe->experts) e.for_each_linear([&](std::string_view, const slm::linear& l, bool) { experts += slm::weight_bytes(l.w); });

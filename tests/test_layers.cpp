@@ -584,7 +584,7 @@ TEST_P(layersMoeDecode, ReadsOnlyTheSelectedExperts) {
   std::uint64_t must = slm::weight_bytes(*head), total = must;
   std::size_t moe_layers = 0;
   for (const auto& L : m->layers()) {
-    const std::uint64_t attn = linear_bytes(L.attention);
+    const std::uint64_t attn = linear_bytes(L.mixer);
     must += attn;
     total += attn;
     if (const auto* moe = std::get_if<slm::moe_ffn>(&L.ffn.impl)) {

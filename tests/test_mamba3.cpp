@@ -434,6 +434,18 @@ TEST_P(Mamba3Golden, CacheUndo) {
   std::vector<float> yd(P * d);
   ASSERT_TRUE(g.layer->forward(u.data(), P, yd.data(), c, ws, cx).ok());
   EXPECT_TRUE(std::equal(yd.begin(), yd.end(), y.begin()));
+  // A cancelled call is refused before the layer runs, says so with the layer's name (issue
+  // 18: it said only "mamba3: "), and leaves the cache as it was.
+  slm::cancellation cancel;
+  cancel.cancel();
+  slm::compute_context cc{slm_test::the_pools().p2};
+  cc.cancel = &cancel;
+  std::vector<float> ye(d);
+  EXPECT_TRUE(slm_test::fails_with(g.layer->forward(u.data() + P * d, 1, ye.data(), c, ws, cc), slm::errc::cancelled,
+                                   {"mamba3", "cancelled"}));
+  EXPECT_EQ(c.size(), P);
+  ASSERT_TRUE(g.layer->forward(u.data() + P * d, 4, yb.data(), c, ws, cx).ok());
+  EXPECT_EQ(ya, yb);  // and it continues exactly as before the refused call
 }
 
 // With session_options::rollback_tokens = 3 the cache drops up to 3 tokens exactly, and

@@ -78,7 +78,7 @@ TEST_P(ModelsNvfp4, AgreementWithBf16) {
   std::size_t nvfp4_projections = 0;
   for (const auto& L : fp4->layers()) {
     auto count = [&](std::string_view, const slm::linear& l, bool) { nvfp4_projections += l.w.format == slm::weight_format::nvfp4; };
-    L.attention.for_each_linear(count);
+    L.mixer.for_each_linear(count);
     L.ffn.for_each_linear(count);
   }
   EXPECT_GT(nvfp4_projections, 0u) << "the converted model loaded without NVFP4 weights";

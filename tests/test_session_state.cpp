@@ -657,7 +657,7 @@ TEST(session_state, Mamba2HistoryPathMatchesPlainForward) {
   // Layer level: the recorded states against the recurrence from zero (test_mamba2's
   // chunked-vs-sequential bound, 1e-5 relative), and a call of T <= R tokens, which is
   // the recurrence throughout, bit for bit.
-  const auto& mixer = std::get<slm::mamba2_mixer>(m->layers()[0].attention.impl);
+  const auto& mixer = std::get<slm::mamba2_mixer>(m->layers()[0].mixer.impl);
   const std::size_t d = m->config().hidden, L = 40, R = 6;
   std::vector<float> x(L * d);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 0.5f;

@@ -67,9 +67,17 @@ class floats {
   std::size_t size_ = 0, capacity_ = 0;
 };
 
-// The scratch buffers one session reuses across layers and calls.
+// The scratch buffers one session reuses across layers and calls, and the per-call
+// context: what the layers of one forward call hand each other (cleared at the start of
+// every call by the layer stack, models/stack.hpp).
 struct workspace {
   floats proj, attn, index, ffn, expert;
+  floats norm;  // a part's own second input norm (NAM56R's Mamba-3 pre_norm)
+  // DSA IndexCache: the top-k key positions [T, topk_k] (int32 bits) of the last layer
+  // of this call that ran its indexer, which later layers of the call reuse; topk_k = 0
+  // while none has.
+  floats topk;
+  std::size_t topk_k = 0;
 };
 
 }  // namespace slm

@@ -11,6 +11,7 @@
 #pragma once
 #include "slm/core/build_mode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -80,15 +81,21 @@ struct layer_norm {
   }
 };
 
-// A decoder block's norm, chosen by config.json: RMSNorm, or LayerNorm with weight and
-// bias where `layer` is set (StarCoder2).
+// A block's norm, chosen by the checkpoint: RMSNorm, or LayerNorm with weight and bias
+// where `layer` is set (StarCoder2), or none where `identity` is set (a NAM56R attention
+// layer stored without an input norm: its sublayer reads the residual stream as it is).
 struct block_norm {
   rms_norm rms;
   layer_norm ln;
   bool layer = false;
+  bool identity = false;
 
   // [T, d] with rows ld apart -> [T, d] rows ldo apart.
   void apply(const float* in, std::size_t T, std::size_t d, std::size_t ld, float* out, std::size_t ldo) const noexcept {
+    if (identity) {
+      for (std::size_t t = 0; t < T; ++t) std::copy(in + t * ld, in + t * ld + d, out + t * ldo);
+      return;
+    }
     if (!layer) return rms.apply(in, T, d, ld, out, ldo);
     for (std::size_t t = 0; t < T; ++t) ln.apply_row(in + t * ld, out + t * ldo, d);
   }

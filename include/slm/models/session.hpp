@@ -45,11 +45,18 @@
 
 namespace slm {
 
+// Every id of a call in [0, vocab); `what` names the call in the message.
+inline status check_token_ids(const char* what, std::span<const std::int32_t> ids, std::size_t vocab) {
+  for (std::size_t t = 0; t < ids.size(); ++t)
+    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
+      return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
+                        " is outside the vocabulary [0, ", vocab, ")");
+  return {};
+}
+
 template <class Session, class Model, class State>
 class model_session {
  public:
-  using state_type = State;
-
   // Why this session cannot run (a changed mapped checkpoint, see weights_), or ok.
   const status& usable() const noexcept { return weights_; }
   std::size_t position() const noexcept { return pos_; }
@@ -161,17 +168,10 @@ class model_session {
     if (T == 0) return make_error(errc::invalid_argument, what, ": no tokens");
     if (rows > T) return make_error(errc::invalid_argument, what, ": ", rows, " logit rows asked of ", T, " tokens");
     if (rows > 0 && !out) return make_error(errc::invalid_argument, what, ": logits is null");
-    SLM_TRY(check_ids(what, ids, vocab));
+    SLM_TRY(check_token_ids(what, ids, vocab));
     if (pos_ + T > opt_.max_tokens)
       return make_error(errc::out_of_range, "context full: ", pos_, " + ", T, " tokens exceed the limit of ",
                         opt_.max_tokens);
-    return {};
-  }
-  static status check_ids(const char* what, std::span<const std::int32_t> ids, std::size_t vocab) {
-    for (std::size_t t = 0; t < ids.size(); ++t)
-      if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
-        return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
-                          " is outside the vocabulary [0, ", vocab, ")");
     return {};
   }
 

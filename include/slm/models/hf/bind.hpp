@@ -7,8 +7,8 @@
 // binding<L> says, for a layer type L of decoder<> (models/hf/model.hpp):
 //   accepts(cfg, i)  whether L can be layer i of the model config.json describes
 //   load(ck, cfg, i) layer i's weights from the checkpoint, shapes checked, as an L
-// A layer type with static accepts / load of its own (a host's own layer, the per-layer
-// variants and the empty slots of model.hpp) binds itself.
+// A layer type with static accepts / load of its own (a host's own layer) binds itself;
+// the per-layer variants and the empty slots of models/stack.hpp are bound below.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -29,6 +29,7 @@
 #include "slm/io/shaped_tensor.hpp"
 #include "slm/models/bind.hpp"
 #include "slm/models/hf/config.hpp"
+#include "slm/models/stack.hpp"
 
 namespace slm::hf {
 
@@ -52,6 +53,62 @@ template <class L>
 concept bound_layer = requires(const checkpoint& ck, const model_config& c) {
   { binding<L>::accepts(c, std::size_t{}) } -> std::same_as<bool>;
   { binding<L>::load(ck, c, std::size_t{}) } -> std::same_as<result<L>>;
+};
+
+// A per-layer choice (models/stack.hpp): the first alternative that accepts the layer.
+template <class... As>
+struct binding<attention_variant<As...>> {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return (binding<As>::accepts(c, layer) || ...);
+  }
+  static result<attention_variant<As...>> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    result<attention_variant<As...>> out =
+        make_error(errc::unsupported, "layer ", layer, ": no attention type fits the config");
+    (void)((binding<As>::accepts(c, layer) ? (out = wrap<As>(binding<As>::load(ck, c, layer)), true) : false) || ...);
+    return out;
+  }
+
+ private:
+  template <class A>
+  static result<attention_variant<As...>> wrap(result<A> r) {
+    if (!r.ok()) return std::move(r).take_error();
+    attention_variant<As...> v;
+    v.impl.template emplace<A>(std::move(*r));
+    return v;
+  }
+};
+template <class... Fs>
+struct binding<ffn_variant<Fs...>> {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return (binding<Fs>::accepts(c, layer) || ...);
+  }
+  static result<ffn_variant<Fs...>> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    result<ffn_variant<Fs...>> out = make_error(errc::unsupported, "layer ", layer, ": no feed-forward type fits the config");
+    (void)((binding<Fs>::accepts(c, layer) ? (out = wrap<Fs>(binding<Fs>::load(ck, c, layer)), true) : false) || ...);
+    return out;
+  }
+
+ private:
+  template <class F>
+  static result<ffn_variant<Fs...>> wrap(result<F> r) {
+    if (!r.ok()) return std::move(r).take_error();
+    ffn_variant<Fs...> v;
+    v.impl.template emplace<F>(std::move(*r));
+    return v;
+  }
+};
+// The empty slots: where config.json leaves a layer's mixer or feed-forward out.
+template <>
+struct binding<no_mixer> {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return c.layers[layer].attention == attention_kind::none;
+  }
+  static result<no_mixer> load(const checkpoint&, const model_config&, std::size_t) { return no_mixer{}; }
+};
+template <>
+struct binding<no_ffn> {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::none; }
+  static result<no_ffn> load(const checkpoint&, const model_config&, std::size_t) { return no_ffn{}; }
 };
 
 // A feed-forward block: `prefix`.{gate,up,down}_proj (gated) or `prefix`.{up,down}_proj

@@ -5,6 +5,8 @@
 //   for each layer:  x += mixer(Norm(x))                 GQA or MLA (+ DSA) attention, or Mamba-2
 //                    x += ffn(Norm(x))                   dense MLP or MoE
 //   logits = lm_head(Norm(x))                             [T, V]  (lm_head = embed when tied)
+// The layers are the layer stack every family shares (models/stack.hpp); this file binds
+// a Hugging Face checkpoint to it and adds the embedding and the head.
 // Norm is RMSNorm, or LayerNorm with bias where the config says so (StarCoder2).
 // Either slot of a layer may be empty (Mamba-style blocks fill exactly one: Nemotron-H's
 // pattern "M*M-ME" is mixer, mixer, mixer, ffn, mixer, ffn); an empty slot costs nothing.
@@ -100,6 +102,7 @@
 #include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/config.hpp"
 #include "slm/models/session.hpp"
+#include "slm/models/stack.hpp"
 #include "slm/layers/moe.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/layers/recurrent_cache.hpp"
@@ -108,166 +111,14 @@
 
 namespace slm {
 
-// What a layer type must provide to be composed into a decoder.
-// Its cache: size() positions held, truncate(len) (exact when can_truncate(len); a
-// recurrent cache that cannot marks itself unusable), rollback_limit() (how many latest
-// tokens can be dropped exactly), and the session state members: kind() (the record's
-// tag), fingerprint(), copy_from() (deep copy into a cache initialized for the same
-// layer), save() and load() (the record; load only into a freshly initialized cache).
+// What a layer type must provide to be composed into a decoder: a part of the layer
+// stack (models/stack.hpp: mixer_part, ffn_part) that hf::binding says how to find in a
+// Hugging Face checkpoint (models/hf/bind.hpp). The per-layer variants and the empty slots
+// are bound there too.
 template <class A>
-concept attention_layer = hf::bound_layer<A> && requires(const A& a, typename A::cache& c, const typename A::cache& cc, const checkpoint& ck,
-                                   const model_config& cfg, const session_options& o, const float* x, float* y,
-                                   workspace& ws, compute_context& cx, state_writer& w, state_reader& r,
-                                   state_hasher& h) {
-  { a.init_cache(c, o) } -> std::same_as<status>;
-  { a.forward(x, std::size_t{}, y, c, ws, cx) } -> std::same_as<status>;
-  { cc.size() } -> std::same_as<std::size_t>;
-  c.truncate(std::size_t{});
-  { cc.can_truncate(std::size_t{}) } -> std::same_as<bool>;
-  { cc.rollback_limit() } -> std::same_as<std::size_t>;
-  { cc.kind() } -> std::convertible_to<std::string_view>;
-  cc.fingerprint(h);
-  { c.copy_from(cc) } -> std::same_as<status>;
-  { cc.save(w) } -> std::same_as<status>;
-  { c.load(r) } -> std::same_as<status>;
-};
+concept attention_layer = hf::bound_layer<A> && mixer_part<A>;
 template <class F>
-concept ffn_layer = hf::bound_layer<F> && requires(const F& f, const checkpoint& ck, const model_config& cfg, const float* x, float* y,
-                             workspace& ws, compute_context& cx) {
-  { f.forward(x, std::size_t{}, y, ws, cx) } -> std::same_as<status>;
-};
-
-// A per-layer choice among layer types, itself a layer type (the config-driven path).
-template <class... As>
-struct attention_variant {
-  std::variant<As...> impl;
-  struct cache {
-    std::variant<typename As::cache...> impl;
-    std::size_t size() const noexcept { return std::visit([](const auto& c) { return c.size(); }, impl); }
-    void truncate(std::size_t n) noexcept { std::visit([n](auto& c) { c.truncate(n); }, impl); }
-    bool can_truncate(std::size_t n) const noexcept {
-      return std::visit([n](const auto& c) { return c.can_truncate(n); }, impl);
-    }
-    std::size_t rollback_limit() const noexcept {
-      return std::visit([](const auto& c) -> std::size_t { return c.rollback_limit(); }, impl);
-    }
-    std::string_view kind() const noexcept {
-      return std::visit([](const auto& c) -> std::string_view { return c.kind(); }, impl);
-    }
-    void fingerprint(state_hasher& h) const {
-      std::visit([&h](const auto& c) { c.fingerprint(h); }, impl);
-    }
-    status copy_from(const cache& o) {
-      if (o.impl.index() != impl.index())
-        return make_error(errc::invalid_argument, "a '", o.kind(), "' cache copied into a '", kind(), "' cache");
-      return std::visit([&o](auto& c) -> status {
-        using C = std::decay_t<decltype(c)>;
-        return c.copy_from(std::get<C>(o.impl));
-      }, impl);
-    }
-    status save(state_writer& w) const {
-      return std::visit([&w](const auto& c) -> status { return c.save(w); }, impl);
-    }
-    status load(state_reader& r) {
-      return std::visit([&r](auto& c) -> status { return c.load(r); }, impl);
-    }
-  };
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (hf::binding<As>::accepts(c, layer) || ...); }
-  static result<attention_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    result<attention_variant> out = make_error(errc::unsupported, "layer ", layer, ": no attention type fits the config");
-    (void)((hf::binding<As>::accepts(c, layer) ? (out = wrap(hf::binding<As>::load(ck, c, layer)), true) : false) || ...);
-    return out;
-  }
-  template <class Options>
-  status init_cache(cache& kc, const Options& o) const {
-    return std::visit([&](const auto& a) -> status {
-      using C = typename std::decay_t<decltype(a)>::cache;
-      kc.impl.template emplace<C>();
-      return a.init_cache(std::get<C>(kc.impl), o);
-    }, impl);
-  }
-  status forward(const float* x, std::size_t T, float* y, cache& kc, workspace& ws, compute_context& cx) const {
-    return std::visit([&](const auto& a) -> status {
-      using C = typename std::decay_t<decltype(a)>::cache;
-      return a.forward(x, T, y, std::get<C>(kc.impl), ws, cx);
-    }, impl);
-  }
-  template <class Fn>
-  void for_each_linear(Fn&& fn) const {
-    std::visit([&](const auto& a) { a.for_each_linear(fn); }, impl);
-  }
-
- private:
-  template <class A>
-  static result<attention_variant> wrap(result<A> r) {
-    if (!r.ok()) return std::move(r).take_error();
-    attention_variant v;
-    v.impl.template emplace<A>(std::move(*r));
-    return v;
-  }
-};
-
-template <class... Fs>
-struct ffn_variant {
-  std::variant<Fs...> impl;
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (hf::binding<Fs>::accepts(c, layer) || ...); }
-  static result<ffn_variant> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    result<ffn_variant> out = make_error(errc::unsupported, "layer ", layer, ": no feed-forward type fits the config");
-    (void)((hf::binding<Fs>::accepts(c, layer) ? (out = wrap(hf::binding<Fs>::load(ck, c, layer)), true) : false) || ...);
-    return out;
-  }
-  status forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
-    return std::visit([&](const auto& f) { return f.forward(x, T, y, ws, cx); }, impl);
-  }
-  template <class Fn>
-  void for_each_linear(Fn&& fn) const {
-    std::visit([&](const auto& f) { f.for_each_linear(fn); }, impl);
-  }
-
- private:
-  template <class F>
-  static result<ffn_variant> wrap(result<F> r) {
-    if (!r.ok()) return std::move(r).take_error();
-    ffn_variant v;
-    v.impl.template emplace<F>(std::move(*r));
-    return v;
-  }
-};
-
-// The empty slots.
-struct no_mixer {
-  struct cache {
-    std::size_t size() const noexcept { return 0; }
-    void truncate(std::size_t) noexcept {}
-    bool can_truncate(std::size_t) const noexcept { return true; }
-    std::size_t rollback_limit() const noexcept { return ~std::size_t{0}; }  // holds nothing per token
-    std::string_view kind() const noexcept { return "none"; }
-    void fingerprint(state_hasher&) const noexcept {}
-    status copy_from(const cache&) noexcept { return {}; }
-    status save(state_writer&) const noexcept { return {}; }
-    status load(state_reader&) noexcept { return {}; }
-  };
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::none;
-  }
-  static result<no_mixer> load(const checkpoint&, const model_config&, std::size_t) { return no_mixer{}; }
-  template <class Options>
-  status init_cache(cache&, const Options&) const { return {}; }
-  status forward(const float*, std::size_t, float*, cache&, workspace&, compute_context&) const {
-    return make_error(errc::invalid_argument, "an empty mixer slot was run");
-  }
-  template <class Fn>
-  void for_each_linear(Fn&&) const {}
-};
-struct no_ffn {
-  static bool accepts(const model_config& c, std::size_t layer) noexcept { return c.layers[layer].ffn == ffn_kind::none; }
-  static result<no_ffn> load(const checkpoint&, const model_config&, std::size_t) { return no_ffn{}; }
-  status forward(const float*, std::size_t, float*, workspace&, compute_context&) const {
-    return make_error(errc::invalid_argument, "an empty feed-forward slot was run");
-  }
-  template <class Fn>
-  void for_each_linear(Fn&&) const {}
-};
+concept ffn_layer = hf::bound_layer<F> && ffn_part<F>;
 
 using any_attention = attention_variant<gqa_attention, mla_attention, mamba2_mixer, no_mixer>;
 using any_ffn = ffn_variant<feed_forward, moe_ffn, no_ffn>;
@@ -276,12 +127,9 @@ template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm = rms_norm_
           format_constraint Format = format::any>
 class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
  public:
-  struct layer {
-    block_norm input_norm, post_attention_norm;
-    Attention attention;
-    Ffn ffn;
-    bool has_mixer = true, has_ffn = true;  // which slots the config fills
-  };
+  // mixer_norm / ffn_norm are input_layernorm / post_attention_layernorm; the config
+  // fills the slots it names (has_mixer, has_ffn).
+  using layer = stack_layer<Attention, Ffn>;
 
   static result<decoder> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
 
@@ -294,7 +142,7 @@ class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
 
   const model_config& config() const noexcept { return cfg_; }
   const checkpoint& weights() const noexcept { return *ck_; }
-  std::span<const layer> layers() const noexcept { return layers_; }
+  std::span<const layer> layers() const noexcept { return stack_.layers; }
   std::size_t vocab() const noexcept { return cfg_.vocab; }
 
   class session;
@@ -307,7 +155,7 @@ class decoder : public movable_model<decoder<Attention, Ffn, Norm, Format>> {
   weight_matrix embed_;
   linear lm_head_;
   block_norm final_norm_;
-  std::vector<layer> layers_;
+  layer_stack<Attention, Ffn> stack_;
 };
 
 // A decoder's session: one cache per layer (models/session.hpp: options, rollback,
@@ -338,7 +186,7 @@ class decoder<Attention, Ffn, Norm, Format>::session
   static constexpr state_format::session_kind saved_kind = state_format::session_kind::decoder;
   using caches = std::vector<cache>;
 
-  status make_state(caches& out, const session_options& o) const;
+  status make_state(caches& out, const session_options& o) const { return this->m_->stack_.init_caches(out, o); }
   void truncate_state(caches& cs, std::size_t len) const noexcept {
     for (auto& c : cs) c.truncate(len);
   }
@@ -348,7 +196,7 @@ class decoder<Attention, Ffn, Norm, Format>::session
   }
   // The model's layer structure and dimensions, each cache's layout, the KV dtype.
   std::uint64_t fingerprint(const caches& cs) const;
-  std::uint64_t record_count() const noexcept { return this->m_->layers_.size(); }
+  std::uint64_t record_count() const noexcept { return this->m_->stack_.layers.size(); }
   status write_records(state_writer& w, const caches& cs) const;
   status read_records(state_reader& r, caches& fresh, std::size_t position) const;
 
@@ -407,25 +255,26 @@ result<decoder<Attention, Ffn, Norm, Format>> decoder<Attention, Ffn, Norm, Form
     return make_error(errc::unsupported, ck.dir().string(), ": this ", c.model_type,
                       " checkpoint uses LayerNorm, the composition this program was built with names an RMSNorm policy");
   SLM_TRY(hf::load_block_norm(ck, c, c.final_norm_name, Norm::kind, m.final_norm_));
-  m.layers_.resize(c.n_layers);
+  m.stack_.branch_scale = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
+  m.stack_.layers.resize(c.n_layers);
   for (std::size_t i = 0; i < c.n_layers; ++i) {
-    layer& L = m.layers_[i];
+    layer& L = m.stack_.layers[i];
     const std::string p = c.layer_prefix(i);
     L.has_mixer = c.layers[i].attention != attention_kind::none;
     L.has_ffn = c.layers[i].ffn != ffn_kind::none;
     if (L.has_mixer)
       SLM_TRY(hf::load_block_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".input_layernorm"), Norm::kind,
-                                  L.input_norm));
+                                  L.mixer_norm));
     if (L.has_ffn)
       SLM_TRY(hf::load_block_norm(ck, c, p + (c.single_norm_blocks ? ".norm" : ".post_attention_layernorm"), Norm::kind,
-                                  L.post_attention_norm));
+                                  L.ffn_norm));
     auto a = hf::binding<Attention>::load(ck, c, i);
     if (!a.ok()) return std::move(a).take_error();
-    L.attention = std::move(*a);
+    L.mixer = std::move(*a);
     auto f = hf::binding<Ffn>::load(ck, c, i);
     if (!f.ok()) return std::move(f).take_error();
     L.ffn = std::move(*f);
-    if (L.has_mixer) SLM_TRY(hf::check_biases(ck, c, c.attention_prefix(i), L.attention));
+    if (L.has_mixer) SLM_TRY(hf::check_biases(ck, c, c.attention_prefix(i), L.mixer));
     if (L.has_ffn) SLM_TRY(hf::check_biases(ck, c, c.ffn_prefix(i), L.ffn));
     if constexpr (!std::same_as<Format, format::any>) SLM_TRY(check_format(ck, i, L));
   }
@@ -468,19 +317,10 @@ status decoder<Attention, Ffn, Norm, Format>::check_format(const checkpoint& ck,
         s = make_error(errc::unsupported, ck.dir().string(), ": layer ", i, " ", name, " is ", to_string(l.w.format),
                        ", the composition this program was built with expects ", to_string(Format::id));
     };
-    L.attention.for_each_linear(check);
+    L.mixer.for_each_linear(check);
     L.ffn.for_each_linear(check);
     return s;
   }
-}
-
-template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
-status decoder<Attention, Ffn, Norm, Format>::session::make_state(caches& out, const session_options& o) const {
-  const auto& layers = this->m_->layers_;
-  out.clear();
-  out.resize(layers.size());
-  for (std::size_t i = 0; i < out.size(); ++i) SLM_TRY(layers[i].attention.init_cache(out[i], o));
-  return {};
 }
 
 template <attention_layer Attention, ffn_layer Ffn, norm_policy Norm, format_constraint Format>
@@ -521,7 +361,7 @@ status decoder<Attention, Ffn, Norm, Format>::session::read_records(state_reader
     const std::string_view want = fresh[i].kind();
     SLM_TRY(expect_record(r, want, cat("layer ", i)));
     if (auto st = fresh[i].load(r); !st.ok()) return std::move(st).with_context(cat("layer ", i, " (", want, ")"));
-    if (this->m_->layers_[i].has_mixer && fresh[i].size() != position)
+    if (this->m_->stack_.layers[i].has_mixer && fresh[i].size() != position)
       return make_error(errc::format_error, "layer ", i, " (", want, ") holds ", fresh[i].size(),
                         " positions, the header says ", position);
   }
@@ -534,27 +374,11 @@ status decoder<Attention, Ffn, Norm, Format>::session::run(
   const model_config& c = this->m_->cfg_;
   const std::size_t T = ids.size(), d = c.hidden;
   SLM_TRY(x_.resize(T * d));
-  SLM_TRY(h_.resize(T * d));
-  SLM_TRY(y_.resize(T * d));
   for (std::size_t t = 0; t < T; ++t)
     dequantize_row(this->m_->embed_, static_cast<std::size_t>(ids[t]), std::span<float>(x_.data() + t * d, d));
   if (c.embedding_multiplier != 1.0f)
     for (std::size_t k = 0; k < T * d; ++k) x_[k] *= c.embedding_multiplier;
-  const float branch = c.residual_multiplier;  // Granite scales each branch; 1 elsewhere
-  for (std::size_t i = 0; i < this->m_->layers_.size(); ++i) {
-    SLM_TRY(check_cancelled(cx.cancel));
-    const layer& L = this->m_->layers_[i];
-    if (L.has_mixer) {
-      L.input_norm.apply(x_.data(), T, d, d, h_.data(), d);
-      SLM_TRY(L.attention.forward(h_.data(), T, y_.data(), this->st_[i], ws_, cx));
-      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
-    }
-    if (L.has_ffn) {
-      L.post_attention_norm.apply(x_.data(), T, d, d, h_.data(), d);
-      SLM_TRY(L.ffn.forward(h_.data(), T, y_.data(), ws_, cx));
-      for (std::size_t k = 0; k < T * d; ++k) x_[k] += branch * y_[k];
-    }
-  }
+  SLM_TRY(this->m_->stack_.forward(x_.data(), T, d, this->st_, h_, y_, ws_, cx));
   if (rows == 0) return {};
   const float* last = x_.data() + (T - rows) * d;
   this->m_->final_norm_.apply(last, rows, d, d, h_.data(), d);

@@ -85,6 +85,7 @@
 #include "slm/models/nam56r/bind.hpp"
 #include "slm/models/nam56r/pattern.hpp"
 #include "slm/models/session.hpp"
+#include "slm/models/stack.hpp"
 #include "slm/layers/ngram_embedding.hpp"
 #include "slm/layers/norm.hpp"
 #include "slm/core/status.hpp"
@@ -135,6 +136,66 @@ struct nam56r_config {
   nam56r::mla_config mla(bool dsa) const;
 };
 
+namespace nam56r {
+
+// The parts of NAM56R's layer stack (models/stack.hpp) that differ from the library's layers.
+
+// A and its DSA form: Megatron MLA with interleaved RoPE. Under DSA IndexCache "causal" a
+// full layer runs its indexer and lends its top-k to the later layers of the same call
+// (through workspace::topk, the call's context); a shared layer borrows it and runs none.
+struct attention_part {
+  using attention = basic_mla_attention<rope_interleaved>;
+  using cache = attention::cache;
+  attention attn;
+  bool publishes_index = false;  // a full DSA layer: lends its top-k
+  bool reuses_index = false;     // a shared DSA layer: borrows it (attn.indexer is empty)
+
+  template <class Options>
+  status init_cache(cache& c, const Options& o) const {
+    return attn.init_cache(c, o);
+  }
+  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
+    std::int32_t* lend = nullptr;
+    const std::int32_t* borrow = nullptr;
+    if (publishes_index) {
+      SLM_TRY(ws.topk.resize(T * attn.indexer->top_k));
+      ws.topk_k = attn.indexer->top_k;
+      lend = reinterpret_cast<std::int32_t*>(ws.topk.data());
+    }
+    if (reuses_index) {
+      if (ws.topk_k == 0)
+        return make_error(errc::invalid_argument, "DSA IndexCache: no earlier layer of this call lent its top-k");
+      borrow = reinterpret_cast<const std::int32_t*>(ws.topk.data());
+    }
+    // [T, d] -> [T, d]
+    return attn.forward(x, T, y, c, ws.proj, ws.attn, ws.index, cx, c.mode, borrow, borrow ? ws.topk_k : 0, lend);
+  }
+};
+
+// M: Megatron's Mamba-3 block normalizes its input a second time (mixer.impl.pre_norm)
+// before the mixer.
+struct mamba3_part {
+  using cache = mamba3_mixer::cache;
+  rms_norm pre_norm;
+  mamba3_mixer mixer;
+
+  template <class Options>
+  status init_cache(cache& c, const Options& o) const {
+    return mixer.init_cache(c, o);
+  }
+  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
+    const std::size_t d = pre_norm.dim();
+    SLM_TRY(ws.norm.resize(T * d));
+    pre_norm.apply(x, T, d, d, ws.norm.data(), d);
+    return mixer.forward(ws.norm.data(), T, y, c, ws, cx);  // [T, d] -> [T, d]
+  }
+};
+
+using mixer = attention_variant<attention_part, mamba3_part, m2rnn_mixer, no_mixer>;  // A, M, R; none for E
+using ffn = ffn_variant<basic_moe_ffn<>, no_ffn>;                                     // E; none for A, M, R
+
+}  // namespace nam56r
+
 class nam56r_model : public movable_model<nam56r_model> {
  public:
   using attention = basic_mla_attention<rope_interleaved>;
@@ -168,42 +229,20 @@ class nam56r_model : public movable_model<nam56r_model> {
  private:
   struct session_state;
   friend class session;
-  struct attn_layer {
-    rms_norm norm;
-    bool has_norm = false;
-    attention attn;
-    bool dsa = false;
-    bool publishes_index = false;  // IndexCache causal: a full DSA layer lends its top-k
-    bool reuses_index = false;     // IndexCache causal: a shared DSA layer borrows it
-  };
-  struct moe_layer {
-    rms_norm norm;
-    basic_moe_ffn<> ffn;
-  };
-  struct mamba_layer {
-    rms_norm norm, pre_norm;
-    mamba3_mixer mixer;
-  };
-  struct m2rnn_layer {
-    rms_norm norm;
-    m2rnn_mixer mixer;
-  };
   struct mtp_depth {
     rms_norm enorm, hnorm, final_norm, mlp_norm;
     linear eh_proj;  // [d, 2d]
-    attn_layer attn;
+    block_norm attn_norm;
+    attention attn;
     feed_forward mlp;
-  };
-  struct layer_ref {
-    nam56r_layer_kind kind;
-    std::size_t slot;  // index into the kind's vector
   };
 
   status norm_of(rms_norm& n, const std::string& name) const;
-  // An attention layer under prefix; without an input norm only where config.json's list
-  // `bare_key` (bare) names `index`: a missing norm is never taken for "no norm".
-  status load_attn(attn_layer& a, const std::string& prefix, bool dsa, const std::vector<std::size_t>& bare,
-                   std::size_t index, std::string_view bare_key) const;
+  // An attention layer under prefix and its input norm; the identity only where
+  // config.json's list `bare_key` (bare) names `index`: a missing norm is never taken for
+  // "no norm".
+  status load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
+                   const std::vector<std::size_t>& bare, std::size_t index, std::string_view bare_key) const;
 
   status load_weights();
 
@@ -212,11 +251,7 @@ class nam56r_model : public movable_model<nam56r_model> {
   weight_matrix word_;
   std::optional<ngram_hash_embedding> ngram_;
   std::optional<structure_embedding> structure_;
-  std::vector<layer_ref> layers_;
-  std::vector<attn_layer> attn_;
-  std::vector<moe_layer> moe_;
-  std::vector<mamba_layer> mamba_;
-  std::vector<m2rnn_layer> m2rnn_;
+  layer_stack<nam56r::mixer, nam56r::ffn> stack_;  // one layer per plan entry, one slot filled
   std::vector<mtp_depth> mtp_;
   rms_norm final_norm_;
   linear head_;  // output_layer rows [0, vocab_size)
@@ -224,9 +259,8 @@ class nam56r_model : public movable_model<nam56r_model> {
 
 // Everything a session holds besides scratch; save() / load() carry all of it.
 struct nam56r_model::session_state {
-  std::vector<attention::cache> attn;       // main-stack MLA / DSA layers (latents, RoPE keys, indexer keys)
-  std::vector<mamba3_mixer::cache> mamba;   // with their rollback history
-  std::vector<m2rnn_mixer::cache> m2rnn;
+  std::vector<nam56r::mixer::cache> layers;  // one per main layer: MLA / DSA (latents, RoPE keys, indexer
+                                            // keys), Mamba-3 / M2RNN (with their rollback history), none (MoE)
   std::vector<attention::cache> mtp;        // each MTP depth's own MLA cache
   std::vector<std::size_t> mtp_n;           // positions held by each MTP depth's cache (all verified)
   std::vector<floats> hk;                   // h^(k) of those positions, [mtp_n[k], d] per depth
@@ -272,15 +306,11 @@ class nam56r_model::session : public model_session<nam56r_model::session, nam56r
   void truncate_state(state& s, std::size_t len) const noexcept;
   template <class Fn>
   void for_each_cache(const state& s, Fn&& fn) const {
-    for (std::size_t i = 0; i < m_->layers_.size(); ++i) {
-      const layer_ref& l = m_->layers_[i];
-      if (l.kind == nam56r_layer_kind::mamba3) fn(i, s.mamba[l.slot]);
-      if (l.kind == nam56r_layer_kind::m2rnn) fn(i, s.m2rnn[l.slot]);
-    }
+    for (std::size_t i = 0; i < s.layers.size(); ++i) fn(i, s.layers[i]);
   }
   // The config's state dimensions, the layer plan, each cache's layout, the KV dtype.
   std::uint64_t fingerprint(const state& s) const;
-  std::uint64_t record_count() const noexcept { return m_->layers_.size() + m_->mtp_.size() + 1; }
+  std::uint64_t record_count() const noexcept { return m_->stack_.layers.size() + m_->mtp_.size() + 1; }
   // The records after the shared header (see the top of this file).
   status write_records(state_writer& w, const state& s) const;
   status read_records(state_reader& r, state& fresh, std::size_t position) const;
@@ -296,7 +326,7 @@ class nam56r_model::session : public model_session<nam56r_model::session, nam56r
              const structure_inputs& side, std::size_t hidden_rows, float* hidden);
 
   std::vector<floats> cur_;  // h^(k) of the positions of the current draft call
-  floats h_, xn_, y_, u_, sel_;
+  floats h_, xn_, y_, u_;
   workspace ws_;
 };
 
@@ -606,22 +636,21 @@ SLM_INLINE status nam56r_model::norm_of(rms_norm& n, const std::string& name) co
   return {};
 }
 
-SLM_INLINE status nam56r_model::load_attn(attn_layer& a, const std::string& prefix, bool dsa,
+SLM_INLINE status nam56r_model::load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
                                           const std::vector<std::size_t>& bare, std::size_t index,
                                           std::string_view bare_key) const {
-  const std::string norm = prefix + ".input_layernorm.weight";
-  if (std::find(bare.begin(), bare.end(), index) == bare.end()) {  // else a stored norm stays unbound and is reported
-    if (!ck_->find(norm))
-      return make_error(errc::not_found, ck_->dir().string(), ": no tensor named '", norm,
+  const std::string name = prefix + ".input_layernorm.weight";
+  norm.identity = std::find(bare.begin(), bare.end(), index) != bare.end();
+  if (!norm.identity) {  // else a stored norm stays unbound and is reported
+    if (!ck_->find(name))
+      return make_error(errc::not_found, ck_->dir().string(), ": no tensor named '", name,
                         "' (an attention layer stored without its input norm must be listed in config.json's \"",
                         bare_key, "\")");
-    SLM_TRY(norm_of(a.norm, norm));
-    a.has_norm = true;
+    SLM_TRY(norm_of(norm.rms, name));
   }
   auto at = nam56r::load_mla<rope_interleaved>(*ck_, prefix + ".self_attention", cfg_.mla(dsa));
   if (!at.ok()) return std::move(at).take_error();
-  a.attn = std::move(*at);
-  a.dsa = dsa;
+  attn = std::move(*at);
   return {};
 }
 
@@ -646,16 +675,22 @@ SLM_INLINE status nam56r_model::load_weights() {
     if (!s.ok()) return std::move(s).take_error();
     structure_ = std::move(*s);
   }
+  // One layer of the stack per plan entry, with the one slot its kind fills.
   std::size_t dsa_rank = 0;
+  stack_.layers.resize(cfg_.num_layers);
   for (std::size_t i = 0; i < cfg_.num_layers; ++i) {
     const nam56r_layer& l = cfg_.plan.layers[i];
     const std::string& p = l.prefix;
+    auto& L = stack_.layers[i];
+    L.has_mixer = l.kind != nam56r_layer_kind::moe;
+    L.has_ffn = l.kind == nam56r_layer_kind::moe;
     switch (l.kind) {
       case nam56r_layer_kind::mla:
       case nam56r_layer_kind::dsa: {
-        attn_layer a;
+        nam56r::attention_part a;
         const bool dsa = l.kind == nam56r_layer_kind::dsa;
-        SLM_TRY(load_attn(a, p, dsa, cfg_.attention_layers_without_input_norm, i, "attention_layers_without_input_norm"));
+        SLM_TRY(load_attn(L.mixer_norm, a.attn, p, dsa, cfg_.attention_layers_without_input_norm, i,
+                          "attention_layers_without_input_norm"));
         if (dsa && cfg_.dsa_index_cache == "causal") {
           const auto& full = cfg_.dsa_index_cache_full_ranks;
           a.publishes_index = std::find(full.begin(), full.end(), dsa_rank) != full.end();
@@ -663,13 +698,11 @@ SLM_INLINE status nam56r_model::load_weights() {
           if (a.reuses_index) a.attn.indexer.reset();  // its weights exist but never run
         }
         dsa_rank += dsa;
-        layers_.push_back({l.kind, attn_.size()});
-        attn_.push_back(std::move(a));
+        L.mixer.impl.emplace<nam56r::attention_part>(std::move(a));
         break;
       }
       case nam56r_layer_kind::moe: {
-        moe_layer m;
-        SLM_TRY(norm_of(m.norm, p + ".pre_mlp_layernorm.weight"));
+        SLM_TRY(norm_of(L.ffn_norm.rms, p + ".pre_mlp_layernorm.weight"));
         nam56r::moe_config mc;
         mc.hidden = d;
         mc.n_experts = cfg_.num_moe_experts;
@@ -680,30 +713,25 @@ SLM_INLINE status nam56r_model::load_weights() {
         mc.act = activation::gelu;
         auto f = nam56r::load_moe<router_by_config>(ck, p + ".mlp", mc);
         if (!f.ok()) return std::move(f).take_error();
-        m.ffn = std::move(*f);
-        layers_.push_back({l.kind, moe_.size()});
-        moe_.push_back(std::move(m));
+        L.ffn.impl.emplace<basic_moe_ffn<>>(std::move(*f));
+        L.mixer.impl.emplace<no_mixer>();
         break;
       }
       case nam56r_layer_kind::mamba3: {
-        mamba_layer m;
-        SLM_TRY(norm_of(m.norm, p + ".norm.weight"));
+        nam56r::mamba3_part m;
+        SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
         SLM_TRY(norm_of(m.pre_norm, p + ".mixer.impl.pre_norm.weight"));
         auto x = nam56r::load_mamba3(ck, p + ".mixer.impl.mixer", cfg_.mamba(i));
         if (!x.ok()) return std::move(x).take_error();
         m.mixer = std::move(*x);
-        layers_.push_back({l.kind, mamba_.size()});
-        mamba_.push_back(std::move(m));
+        L.mixer.impl.emplace<nam56r::mamba3_part>(std::move(m));
         break;
       }
       case nam56r_layer_kind::m2rnn: {
-        m2rnn_layer m;
-        SLM_TRY(norm_of(m.norm, p + ".norm.weight"));
+        SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
         auto x = nam56r::load_m2rnn(ck, p + ".mixer.impl", cfg_.m2rnn());
         if (!x.ok()) return std::move(x).take_error();
-        m.mixer = std::move(*x);
-        layers_.push_back({l.kind, m2rnn_.size()});
-        m2rnn_.push_back(std::move(m));
+        L.mixer.impl.emplace<m2rnn_mixer>(std::move(*x));
         break;
       }
       case nam56r_layer_kind::mlp:
@@ -719,8 +747,8 @@ SLM_INLINE status nam56r_model::load_weights() {
     auto eh = load_linear(ck, p + ".eh_proj", d, 2 * d);
     if (!eh.ok()) return std::move(eh).take_error();
     t.eh_proj = std::move(*eh);
-    SLM_TRY(load_attn(t.attn, p + ".mtp_model_layer.layers.0", false, cfg_.mtp_attention_layers_without_input_norm, k,
-                      "mtp_attention_layers_without_input_norm"));
+    SLM_TRY(load_attn(t.attn_norm, t.attn, p + ".mtp_model_layer.layers.0", false,
+                      cfg_.mtp_attention_layers_without_input_norm, k, "mtp_attention_layers_without_input_norm"));
     const std::string mlp = p + ".mtp_model_layer.layers.1.mlp";
     SLM_TRY(norm_of(t.mlp_norm, mlp + ".linear_fc1.layer_norm_weight"));
     auto f = load_feed_forward(ck, mlp + ".linear_fc1", mlp + ".linear_fc2", d, cfg_.ffn_hidden_size, activation::gelu);
@@ -769,7 +797,7 @@ SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> nex
     return make_error(errc::invalid_argument, "draft: ", m, " tokens given, expected 1..", D, " (one per MTP depth)");
   if (p == 0) return make_error(errc::invalid_argument, "draft: the session holds no token yet");
   if (!logits) return make_error(errc::invalid_argument, "draft: logits is null");
-  SLM_TRY(check_ids("draft", next, c.vocab_size));
+  SLM_TRY(check_token_ids("draft", next, c.vocab_size));
   SLM_TRY(ensure_state());
   cur_.resize(D);
   // seq = consumed tokens ++ next
@@ -822,14 +850,9 @@ SLM_INLINE status nam56r_model::session::draft(std::span<const std::int32_t> nex
 
 SLM_INLINE status nam56r_model::session::make_state(state& s, const session_options& o) const {
   const nam56r_model& m = *m_;
-  s.attn.resize(m.attn_.size());
-  for (std::size_t i = 0; i < m.attn_.size(); ++i) SLM_TRY(m.attn_[i].attn.init_cache(s.attn[i], o));
-  s.mamba.resize(m.mamba_.size());
-  for (std::size_t i = 0; i < m.mamba_.size(); ++i) SLM_TRY(m.mamba_[i].mixer.init_cache(s.mamba[i], o));
-  s.m2rnn.resize(m.m2rnn_.size());
-  for (std::size_t i = 0; i < m.m2rnn_.size(); ++i) SLM_TRY(m.m2rnn_[i].mixer.init_cache(s.m2rnn[i], o));
+  SLM_TRY(m.stack_.init_caches(s.layers, o));
   s.mtp.resize(m.mtp_.size());
-  for (std::size_t i = 0; i < m.mtp_.size(); ++i) SLM_TRY(m.mtp_[i].attn.attn.init_cache(s.mtp[i], o));
+  for (std::size_t i = 0; i < m.mtp_.size(); ++i) SLM_TRY(m.mtp_[i].attn.init_cache(s.mtp[i], o));
   s.mtp_n.assign(m.mtp_.size(), 0);
   s.hk.resize(m.mtp_.size());
   return {};
@@ -846,11 +869,9 @@ SLM_INLINE std::uint64_t nam56r_model::session::fingerprint(const state& s) cons
                         c.m2rnn_v_head_dim, c.m2rnn_num_heads, c.m2rnn_conv_kernel, std::size_t{c.ngram_hash.has_value()}})
     h.add(static_cast<std::uint64_t>(v));
   h.add(static_cast<std::uint64_t>(opt_.kv));
-  for (const layer_ref& l : m.layers_) {
-    h.add(static_cast<std::uint64_t>(l.kind));
-    if (l.kind == nam56r_layer_kind::mla || l.kind == nam56r_layer_kind::dsa) s.attn[l.slot].fingerprint(h);
-    if (l.kind == nam56r_layer_kind::mamba3) s.mamba[l.slot].fingerprint(h);
-    if (l.kind == nam56r_layer_kind::m2rnn) s.m2rnn[l.slot].fingerprint(h);
+  for (std::size_t i = 0; i < s.layers.size(); ++i) {
+    h.add(static_cast<std::uint64_t>(c.plan.layers[i].kind));
+    s.layers[i].fingerprint(h);  // a MoE layer's (empty) cache adds nothing
   }
   for (const auto& c2 : s.mtp) c2.fingerprint(h);
   return h.value();
@@ -863,18 +884,8 @@ SLM_INLINE status nam56r_model::session::write_records(state_writer& w, const st
     SLM_TRY(w.kind(cache.kind()));
     return cache.save(w);
   };
-  for (std::size_t i = 0; i < m.layers_.size(); ++i) {
-    const layer_ref& l = m.layers_[i];
-    status st;
-    switch (l.kind) {
-      case nam56r_layer_kind::mla:
-      case nam56r_layer_kind::dsa: st = record(s.attn[l.slot]); break;
-      case nam56r_layer_kind::mamba3: st = record(s.mamba[l.slot]); break;
-      case nam56r_layer_kind::m2rnn: st = record(s.m2rnn[l.slot]); break;
-      default: st = w.kind("none"); break;
-    }
-    if (!st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
-  }
+  for (std::size_t i = 0; i < s.layers.size(); ++i)  // a MoE layer's is "none" and empty
+    if (status st = record(s.layers[i]); !st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
   for (std::size_t k = 0; k < s.mtp.size(); ++k) {
     SLM_TRY(w.kind("mtp"));
     SLM_TRY(s.mtp[k].save(w));
@@ -896,16 +907,10 @@ SLM_INLINE status nam56r_model::session::read_records(state_reader& r, state& fr
       return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
     return {};
   };
-  for (std::size_t i = 0; i < m.layers_.size(); ++i) {
-    const layer_ref& l = m.layers_[i];
-    const std::string where = cat("layer ", i, " (", to_string(l.kind), ")");
-    switch (l.kind) {
-      case nam56r_layer_kind::mla:
-      case nam56r_layer_kind::dsa: SLM_TRY(cache_record(fresh.attn[l.slot], where)); break;
-      case nam56r_layer_kind::mamba3: SLM_TRY(cache_record(fresh.mamba[l.slot], where)); break;
-      case nam56r_layer_kind::m2rnn: SLM_TRY(cache_record(fresh.m2rnn[l.slot], where)); break;
-      default: SLM_TRY(expect_record(r, "none", where)); break;
-    }
+  for (std::size_t i = 0; i < fresh.layers.size(); ++i) {
+    const std::string where = cat("layer ", i, " (", to_string(m.cfg_.plan.layers[i].kind), ")");
+    if (m.stack_.layers[i].has_mixer) SLM_TRY(cache_record(fresh.layers[i], where));
+    else SLM_TRY(expect_record(r, "none", where));
   }
   for (std::size_t k = 0; k < fresh.mtp.size(); ++k) {
     const std::string where = cat("MTP depth ", k + 1);
@@ -934,9 +939,7 @@ SLM_INLINE status nam56r_model::session::read_records(state_reader& r, state& fr
 }
 
 SLM_INLINE void nam56r_model::session::truncate_state(state& s, std::size_t len) const noexcept {
-  for (auto& c : s.attn) c.truncate(len);
-  for (auto& c : s.mamba) c.truncate(len);
-  for (auto& c : s.m2rnn) c.truncate(len);
+  for (auto& c : s.layers) c.truncate(len);
   if (s.tokens.size() > len) s.tokens.resize(len);
   for (std::size_t k = 0; k < s.mtp.size(); ++k) {  // a depth keeps only positions whose inputs remain
     s.mtp_n[k] = std::min(s.mtp_n[k], verified_len(k, len));
@@ -965,12 +968,8 @@ SLM_INLINE status nam56r_model::session::sublayers(const mtp_depth& md, std::siz
                                                    compute_context& cx) {
   const std::size_t d = m_->cfg_.hidden_size;
   SLM_TRY(xn_.resize(T * d));
-  const float* in = h_.data();
-  if (md.attn.has_norm) {  // else declared bare (mtp_attention_layers_without_input_norm)
-    md.attn.norm.apply(h_.data(), T, d, d, xn_.data(), d);
-    in = xn_.data();
-  }
-  SLM_TRY(md.attn.attn.forward(in, T, y_.data(), kc, ws_.proj, ws_.attn, ws_.index, cx, opt_.mla));
+  md.attn_norm.apply(h_.data(), T, d, d, xn_.data(), d);  // the identity where declared bare
+  SLM_TRY(md.attn.forward(xn_.data(), T, y_.data(), kc, ws_.proj, ws_.attn, ws_.index, cx, opt_.mla));  // [T, d] -> [T, d]
   for (std::size_t i = 0; i < T * d; ++i) h_[i] += y_[i];
   md.mlp_norm.apply(h_.data(), T, d, d, xn_.data(), d);
   SLM_TRY(md.mlp.forward(xn_.data(), T, y_.data(), ws_.ffn, cx));  // [T, d] -> [T, d]
@@ -985,56 +984,10 @@ SLM_INLINE status nam56r_model::session::run(std::span<const std::int32_t> ids, 
   const nam56r_config& c = m.cfg_;
   const std::size_t T = ids.size(), d = c.hidden_size, pos0 = pos_;
   SLM_TRY(h_.resize(T * d));
-  SLM_TRY(xn_.resize(T * d));
-  SLM_TRY(y_.resize(T * d));
-  const std::size_t top_k = c.dsa_indexer_topk;
-  SLM_TRY(sel_.resize(T * top_k + 1));
-  auto* sel = reinterpret_cast<std::int32_t*>(sel_.data());
   SLM_TRY(embed(ids, st_.tokens.data(), pos0, h_.data(), &side, cx));
+  SLM_TRY(m.stack_.forward(h_.data(), T, d, st_.layers, xn_, y_, ws_, cx));
   float* h = h_.data();
   float* xn = xn_.data();
-  float* y = y_.data();
-  auto add = [&] {
-    for (std::size_t i = 0; i < T * d; ++i) h[i] += y[i];
-  };
-  for (const layer_ref& l : m.layers_) {
-    switch (l.kind) {
-      case nam56r_layer_kind::mla:
-      case nam56r_layer_kind::dsa: {
-        const attn_layer& a = m.attn_[l.slot];
-        const float* in = h;
-        if (a.has_norm) {
-          a.norm.apply(h, T, d, d, xn, d);
-          in = xn;
-        }
-        SLM_TRY(a.attn.forward(in, T, y, st_.attn[l.slot], ws_.proj, ws_.attn, ws_.index, cx, opt_.mla,
-                               a.reuses_index ? sel : nullptr, a.reuses_index ? top_k : 0,
-                               a.publishes_index ? sel : nullptr));
-        break;
-      }
-      case nam56r_layer_kind::moe: {
-        const moe_layer& e = m.moe_[l.slot];
-        e.norm.apply(h, T, d, d, xn, d);
-        SLM_TRY(e.ffn.forward(xn, T, y, ws_.expert, ws_.ffn, cx));
-        break;
-      }
-      case nam56r_layer_kind::mamba3: {
-        const mamba_layer& e = m.mamba_[l.slot];
-        e.norm.apply(h, T, d, d, xn, d);
-        e.pre_norm.apply(xn, T, d, d, xn, d);
-        SLM_TRY(e.mixer.forward(xn, T, y, st_.mamba[l.slot], ws_, cx));
-        break;
-      }
-      case nam56r_layer_kind::m2rnn: {
-        const m2rnn_layer& e = m.m2rnn_[l.slot];
-        e.norm.apply(h, T, d, d, xn, d);
-        SLM_TRY(e.mixer.forward(xn, T, y, st_.m2rnn[l.slot], ws_, cx));
-        break;
-      }
-      case nam56r_layer_kind::mlp: break;
-    }
-    add();
-  }
   m.final_norm_.apply(h, T, d, d, xn, d);
   if (!m.mtp_.empty()) {  // the final-normed hidden of every position feeds MTP depth 1
     SLM_TRY(st_.hf.resize(std::max(st_.hf.size(), (pos0 + T) * d)));

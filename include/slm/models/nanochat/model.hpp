@@ -311,20 +311,17 @@ class nanochat_model : public movable_model<nanochat_model> {
     std::vector<layer_state> layers;
     floats x, x0, h, y, xa, base, eng, logit_rows, pooled;
     workspace ws;
-    std::size_t pos = 0;
   };
 
   status init_sequence(sequence& s, const session_options& o) const;
   // Back to position len (exact within the kept recurrent history: callers check).
   static void truncate(sequence& s, std::size_t len) noexcept;
 
-  // Runs ids at positions s.pos.. through every block; the logits of the last `rows`
+  // Runs ids at positions pos0.. through every block; the logits of the last `rows`
   // tokens into logits [rows, vocab]. training_path: the no-cache forward (DSA sparse
-  // path where nanochat takes it). Advances the caches (not s.pos: the caller does).
-  status run(sequence& s, std::span<const std::int32_t> ids, std::size_t rows, float* logits, bool training_path,
-             compute_context& cx) const;
-
-  status check_ids(std::span<const std::int32_t> ids) const;
+  // path where nanochat takes it). Advances the caches; the position is the caller's.
+  status run(sequence& s, std::size_t pos0, std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+             bool training_path, compute_context& cx) const;
 
   std::unique_ptr<checkpoint> ck_;
   nanochat_config cfg_;
@@ -976,7 +973,6 @@ SLM_INLINE status nanochat_model::init_sequence(sequence& s, const session_optio
     else SLM_TRY(b.attn.init_cache(L.kv, o.kv, o.reserve_tokens));
     if (b.has_engram) SLM_TRY(b.engram.init_cache(L.engram, o));
   }
-  s.pos = 0;
   return {};
 }
 
@@ -986,13 +982,12 @@ SLM_INLINE void nanochat_model::truncate(sequence& s, std::size_t len) noexcept 
     if (L.mamba.initialized()) L.mamba.truncate(len);
     if (L.engram.initialized()) L.engram.truncate(len);
   }
-  s.pos = std::min(s.pos, len);
 }
 
-SLM_INLINE status nanochat_model::run(sequence& s, std::span<const std::int32_t> ids, std::size_t rows, float* logits,
-                                      bool training_path, compute_context& cx) const {
+SLM_INLINE status nanochat_model::run(sequence& s, std::size_t pos0, std::span<const std::int32_t> ids, std::size_t rows,
+                                      float* logits, bool training_path, compute_context& cx) const {
   using detail::nanochat::rms_rows;
-  const std::size_t T = ids.size(), C = cfg_.n_embd, pos0 = s.pos;
+  const std::size_t T = ids.size(), C = cfg_.n_embd;
   for (floats* f : {&s.x, &s.x0, &s.h, &s.y, &s.xa, &s.base, &s.eng}) SLM_TRY(f->resize(T * C));
   float *x = s.x.data(), *x0 = s.x0.data(), *h = s.h.data(), *y = s.y.data(), *xa = s.xa.data(),
         *base = s.base.data(), *eng = s.eng.data();
@@ -1056,22 +1051,11 @@ SLM_INLINE status nanochat_model::run(sequence& s, std::span<const std::int32_t>
   return {};
 }
 
-SLM_INLINE status nanochat_model::check_ids(std::span<const std::int32_t> ids) const {
-  for (std::size_t t = 0; t < ids.size(); ++t)
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= cfg_.vocab_size)
-      return make_error(errc::out_of_range, "token id ", ids[t], " at index ", t, " is outside the vocabulary [0, ",
-                        cfg_.vocab_size, ")");
-  return {};
-}
-
 SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                    compute_context& cx) {
   SLM_TRY(check_call("forward", ids, rows, logits, m_->cfg_.vocab_size));
   return advance(ids.size(), [&]() -> status {
-    st_.pos = pos_;  // the sequence's own position: where run() starts, what truncate() clamps
-    SLM_TRY(m_->run(st_, ids, rows, logits, false, cx));
-    st_.pos = pos_ + ids.size();
-    return {};
+    return m_->run(st_, pos_, ids, rows, logits, false, cx);
   });
 }
 
@@ -1115,7 +1099,7 @@ SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const 
     if (st.ok() && b.has_engram) st = record(L.engram);
     if (st.ok() && b.has_mhc) {
       st = w.kind("mhc");
-      if (st.ok()) st = w.f32_rows(L.mhc_hist.data(), s.pos, b.branches() * C);
+      if (st.ok()) st = w.f32_rows(L.mhc_hist.data(), pos_, b.branches() * C);
     }
     if (!st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
   }
@@ -1144,7 +1128,6 @@ SLM_INLINE status nanochat_model::session::read_records(state_reader& r, sequenc
         return std::move(st).with_context(where);
     }
   }
-  fresh.pos = position;
   return {};
 }
 
@@ -1154,12 +1137,12 @@ SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t>
   SLM_TRY(ck_->check_unchanged());  // as a session would (a changed mapped checkpoint)
   if (ids.empty()) return make_error(errc::invalid_argument, "forward_uncached: no tokens");
   if (!logits) return make_error(errc::invalid_argument, "forward_uncached: logits is null");
-  SLM_TRY(check_ids(ids));
+  SLM_TRY(check_token_ids("forward_uncached", ids, cfg_.vocab_size));
   session_options o;
   o.reserve_tokens = ids.size();
   sequence s;
   SLM_TRY(init_sequence(s, o));
-  return run(s, ids, ids.size(), logits, true, cx);
+  return run(s, 0, ids, ids.size(), logits, true, cx);
 }
 #endif  // SLM_DEFINE_NAM56R
 
