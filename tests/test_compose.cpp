@@ -6,11 +6,14 @@
 // bit, since the same kernels run in the same order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <string_view>
 #include <string>
 #include <vector>
 
 #include "slm/models/hf/model.hpp"
+#include "slm/models/stack.hpp"
 #include "test_helpers.hpp"
 
 namespace {
@@ -94,6 +97,106 @@ TEST(Compose, HostLayerThatDoesNotFitNamesTheLayer) {
   ASSERT_FALSE(m.ok());
   EXPECT_NE(m.error().message().find("layer 0"), std::string::npos) << m.error().message();
   EXPECT_NE(m.error().message().find("MoE"), std::string::npos) << m.error().message();
+}
+
+// The layer stack itself (models/stack.hpp), with parts a host defines: a mixer that scales
+// its input (its cache counts positions) and a feed-forward that fails. The expected rows
+// come from the stack's contract, x += scale * part(norm(x)) per filled slot, computed
+// here with the library's RMSNorm (the norm is tested elsewhere; the stack is tested here).
+struct gain_mixer {
+  float gain = 1.0f;
+  struct cache {
+    std::size_t n = 0;
+    std::size_t size() const noexcept { return n; }
+    void truncate(std::size_t len) noexcept { n = std::min(n, len); }
+    bool can_truncate(std::size_t) const noexcept { return true; }
+    std::size_t rollback_limit() const noexcept { return n; }
+    std::string_view kind() const noexcept { return "gain"; }
+    void fingerprint(slm::state_hasher&) const noexcept {}
+    slm::status copy_from(const cache& o) noexcept {
+      n = o.n;
+      return {};
+    }
+    slm::status save(slm::state_writer& w) const { return w.u64(n); }
+    slm::status load(slm::state_reader& r) { return r.size(n, "positions"); }
+  };
+  slm::status init_cache(cache& c, const slm::session_options&) const {
+    c.n = 0;
+    return {};
+  }
+  slm::status forward(const float* x, std::size_t T, float* y, cache& c, slm::workspace& ws,
+                      slm::compute_context&) const {
+    // The per-call context starts empty: nothing a layer left in an earlier call is seen.
+    if (ws.topk_k != 0) return slm::make_error(slm::errc::invalid_argument, "the call context leaked");
+    for (std::size_t k = 0; k < T * 4; ++k) y[k] = gain * x[k];  // d = 4
+    c.n += T;
+    return {};
+  }
+};
+struct failing_ffn {
+  slm::status forward(const float*, std::size_t, float*, slm::workspace&, slm::compute_context&) const {
+    return slm::make_error(slm::errc::invalid_argument, "this feed-forward always fails");
+  }
+};
+static_assert(slm::mixer_part<gain_mixer>);
+static_assert(slm::ffn_part<failing_ffn>);
+static_assert(!slm::mixer_part<failing_ffn>);  // no cache: not a mixer
+static_assert(slm::mixer_part<slm::attention_variant<gain_mixer, slm::no_mixer>>);
+
+TEST(Compose, HostPartsRunInTheLayerStack) {
+  constexpr std::size_t d = 4, T = 3;
+  using stack = slm::layer_stack<slm::attention_variant<gain_mixer, slm::no_mixer>,
+                                 slm::ffn_variant<failing_ffn, slm::no_ffn>>;
+  stack s;
+  s.branch_scale = 0.5f;
+  s.layers.resize(3);
+  // Layer 0: gain 2 on the unnormed stream (identity norm). Layer 1: both slots empty.
+  // Layer 2: gain 3 after an RMSNorm of unit weights.
+  s.layers[0].mixer.impl.emplace<gain_mixer>(gain_mixer{2.0f});
+  s.layers[0].mixer_norm.identity = true;
+  s.layers[0].has_ffn = false;
+  s.layers[1].mixer.impl.emplace<slm::no_mixer>();
+  s.layers[1].has_mixer = s.layers[1].has_ffn = false;
+  s.layers[2].mixer.impl.emplace<gain_mixer>(gain_mixer{3.0f});
+  ASSERT_TRUE(s.layers[2].mixer_norm.rms.weight.resize(d).ok());
+  for (std::size_t i = 0; i < d; ++i) s.layers[2].mixer_norm.rms.weight[i] = 1.0f;
+  s.layers[2].mixer_norm.rms.eps = 1e-6f;
+  s.layers[2].has_ffn = false;
+
+  std::vector<stack::cache> caches;
+  ASSERT_TRUE(s.init_caches(caches, slm::session_options{}).ok());
+  ASSERT_EQ(caches.size(), 3u);
+  std::vector<float> x(T * d), want(T * d), h(T * d);
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = 0.25f * static_cast<float>(k) - 1.0f;
+  for (std::size_t k = 0; k < x.size(); ++k) want[k] = x[k] + 0.5f * 2.0f * x[k];  // layer 0
+  s.layers[2].mixer_norm.rms.apply(want.data(), T, d, d, h.data(), d);
+  for (std::size_t k = 0; k < x.size(); ++k) want[k] += 0.5f * 3.0f * h[k];  // layer 2
+  slm::floats hs, ys;
+  slm::workspace ws;
+  ws.topk_k = 5;  // left over from an earlier call
+  slm::compute_context cx{slm_test::the_pools().p2};
+  ASSERT_TRUE(s.forward(x.data(), T, d, caches, hs, ys, ws, cx).ok());
+  EXPECT_EQ(slm_test::max_abs_diff(x.data(), want.data(), x.size()), 0.0);
+  EXPECT_EQ(caches[0].size(), T);
+  EXPECT_EQ(caches[1].size(), 0u);  // an empty slot's cache holds nothing
+  EXPECT_EQ(caches[2].size(), T);
+  EXPECT_EQ(caches[1].kind(), "none");
+
+  // Errors name the layer and what it holds.
+  slm::cancellation cancel;
+  cancel.cancel();
+  slm::compute_context cc{slm_test::the_pools().p2};
+  cc.cancel = &cancel;
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cc), slm::errc::cancelled,
+                                   {"layer 0 (gain)", "cancelled"}));
+  s.layers[1].ffn.impl.emplace<failing_ffn>();
+  s.layers[1].ffn_norm.identity = true;
+  s.layers[1].has_ffn = true;
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
+                                   {"layer 1 (feed-forward)", "always fails"}));
+  caches.pop_back();
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
+                                   {"2 caches for 3 layers"}));
 }
 
 }  // namespace

@@ -37,6 +37,14 @@ struct compute_context {
   activation_precision quantized_activations = activation_precision::bf16;
 };
 
+// The activation precision of a product with w: the context's for packed 4-bit weights
+// (NVFP4, MXFP4), f32 for every other format. Every layer asks here, so the choice is made
+// in one place.
+inline activation_precision product_precision(const weight_matrix& w, const compute_context& cx) noexcept {
+  const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
+  return packed ? cx.quantized_activations : activation_precision::f32;
+}
+
 // Bytes a kernel reads for one pass over w: codes plus block scales.
 inline std::uint64_t weight_bytes(const weight_matrix& w) noexcept {
   std::uint64_t b = static_cast<std::uint64_t>(w.rows) * row_bytes(w.format, w.cols);
@@ -84,9 +92,7 @@ struct linear {
 #if SLM_DEFINE_KERNELS
 SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, float* y, std::size_t ldy,
                                 compute_context& cx) const {
-  const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
-  SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best,
-                 packed ? cx.quantized_activations : activation_precision::f32));
+  SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best, product_precision(w, cx)));
   cx.weight_bytes += weight_bytes(w);
   if (!bias.empty())
     for (std::size_t t = 0; t < T; ++t)

@@ -244,9 +244,8 @@ struct basic_mla_attention {
       for (std::size_t h = 0; h < H; ++h) {
         auto wv = slice_rows(kv_b.w, h * (nope + v_dim) + nope, v_dim);
         if (!wv.ok()) return std::move(wv).take_error();
-        const bool packed = wv->format == weight_format::nvfp4 || wv->format == weight_format::mxfp4;
         SLM_TRY(matmul(*wv, att + h * kv_lora, T, H * kv_lora, heads + h * v_dim, H * v_dim, cx.ex, isa::best,
-                       packed ? cx.quantized_activations : activation_precision::f32));
+                       product_precision(*wv, cx)));
       }
       cx.weight_bytes += weight_bytes(kv_b.w);
       return o.apply(heads, T, out, cx);                            // [T, H*v] x [H*v, d] -> [T, d]

@@ -154,22 +154,7 @@ struct attention_part {
   status init_cache(cache& c, const Options& o) const {
     return attn.init_cache(c, o);
   }
-  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
-    std::int32_t* lend = nullptr;
-    const std::int32_t* borrow = nullptr;
-    if (publishes_index) {
-      SLM_TRY(ws.topk.resize(T * attn.indexer->top_k));
-      ws.topk_k = attn.indexer->top_k;
-      lend = reinterpret_cast<std::int32_t*>(ws.topk.data());
-    }
-    if (reuses_index) {
-      if (ws.topk_k == 0)
-        return make_error(errc::invalid_argument, "DSA IndexCache: no earlier layer of this call lent its top-k");
-      borrow = reinterpret_cast<const std::int32_t*>(ws.topk.data());
-    }
-    // [T, d] -> [T, d]
-    return attn.forward(x, T, y, c, ws.proj, ws.attn, ws.index, cx, c.mode, borrow, borrow ? ws.topk_k : 0, lend);
-  }
+  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const;
 };
 
 // M: Megatron's Mamba-3 block normalizes its input a second time (mixer.impl.pre_norm)
@@ -183,12 +168,7 @@ struct mamba3_part {
   status init_cache(cache& c, const Options& o) const {
     return mixer.init_cache(c, o);
   }
-  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const {
-    const std::size_t d = pre_norm.dim();
-    SLM_TRY(ws.norm.resize(T * d));
-    pre_norm.apply(x, T, d, d, ws.norm.data(), d);
-    return mixer.forward(ws.norm.data(), T, y, c, ws, cx);  // [T, d] -> [T, d]
-  }
+  status forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws, compute_context& cx) const;
 };
 
 using mixer = attention_variant<attention_part, mamba3_part, m2rnn_mixer, no_mixer>;  // A, M, R; none for E
@@ -334,6 +314,32 @@ inline nam56r_model::session nam56r_model::new_session(session_options o) const 
 
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----
 #if SLM_DEFINE_NAM56R
+
+SLM_INLINE status nam56r::attention_part::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws,
+                                                  compute_context& cx) const {
+  std::int32_t* lend = nullptr;
+  const std::int32_t* borrow = nullptr;
+  if (publishes_index) {
+    SLM_TRY(ws.topk.resize(T * attn.indexer->top_k));
+    ws.topk_k = attn.indexer->top_k;
+    lend = reinterpret_cast<std::int32_t*>(ws.topk.data());
+  }
+  if (reuses_index) {
+    if (ws.topk_k == 0)
+      return make_error(errc::invalid_argument, "DSA IndexCache: no earlier layer of this call lent its top-k");
+    borrow = reinterpret_cast<const std::int32_t*>(ws.topk.data());
+  }
+  // [T, d] -> [T, d]
+  return attn.forward(x, T, y, c, ws.proj, ws.attn, ws.index, cx, c.mode, borrow, borrow ? ws.topk_k : 0, lend);
+}
+
+SLM_INLINE status nam56r::mamba3_part::forward(const float* x, std::size_t T, float* y, cache& c, workspace& ws,
+                                               compute_context& cx) const {
+  const std::size_t d = pre_norm.dim();
+  SLM_TRY(ws.norm.resize(T * d));
+  pre_norm.apply(x, T, d, d, ws.norm.data(), d);
+  return mixer.forward(ws.norm.data(), T, y, c, ws, cx);  // [T, d] -> [T, d]
+}
 
 SLM_INLINE result<nam56r_config> nam56r_config::from_json(const json::value& j) {
   nam56r_config c;
