@@ -15,6 +15,7 @@
 #include <concepts>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 #include "slm/core/status.hpp"
 #include "slm/io/checkpoint.hpp"
@@ -56,45 +57,39 @@ concept bound_layer = requires(const checkpoint& ck, const model_config& c) {
 };
 
 // A per-layer choice (models/stack.hpp): the first alternative that accepts the layer.
-template <class... As>
-struct binding<attention_variant<As...>> {
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return (binding<As>::accepts(c, layer) || ...);
-  }
-  static result<attention_variant<As...>> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    result<attention_variant<As...>> out =
-        make_error(errc::unsupported, "layer ", layer, ": no attention type fits the config");
-    (void)((binding<As>::accepts(c, layer) ? (out = wrap<As>(binding<As>::load(ck, c, layer)), true) : false) || ...);
+// One binding serves both variants: V is attention_variant<Ls...> or ffn_variant<Ls...>.
+template <class V, class... Ls>
+struct variant_binding {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept { return (binding<Ls>::accepts(c, layer) || ...); }
+  static result<V> load(const checkpoint& ck, const model_config& c, std::size_t layer, std::string_view what) {
+    result<V> out = make_error(errc::unsupported, "layer ", layer, ": no ", what, " type fits the config");
+    (void)((binding<Ls>::accepts(c, layer) ? (out = wrap<Ls>(binding<Ls>::load(ck, c, layer)), true) : false) || ...);
     return out;
   }
 
  private:
-  template <class A>
-  static result<attention_variant<As...>> wrap(result<A> r) {
+  template <class L>
+  static result<V> wrap(result<L> r) {
     if (!r.ok()) return std::move(r).take_error();
-    attention_variant<As...> v;
-    v.impl.template emplace<A>(std::move(*r));
+    V v;
+    v.impl.template emplace<L>(std::move(*r));
     return v;
   }
 };
+template <class... As>
+struct binding<attention_variant<As...>> : private variant_binding<attention_variant<As...>, As...> {
+  using base = variant_binding<attention_variant<As...>, As...>;
+  using base::accepts;
+  static result<attention_variant<As...>> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    return base::load(ck, c, layer, "attention");
+  }
+};
 template <class... Fs>
-struct binding<ffn_variant<Fs...>> {
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return (binding<Fs>::accepts(c, layer) || ...);
-  }
+struct binding<ffn_variant<Fs...>> : private variant_binding<ffn_variant<Fs...>, Fs...> {
+  using base = variant_binding<ffn_variant<Fs...>, Fs...>;
+  using base::accepts;
   static result<ffn_variant<Fs...>> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
-    result<ffn_variant<Fs...>> out = make_error(errc::unsupported, "layer ", layer, ": no feed-forward type fits the config");
-    (void)((binding<Fs>::accepts(c, layer) ? (out = wrap<Fs>(binding<Fs>::load(ck, c, layer)), true) : false) || ...);
-    return out;
-  }
-
- private:
-  template <class F>
-  static result<ffn_variant<Fs...>> wrap(result<F> r) {
-    if (!r.ok()) return std::move(r).take_error();
-    ffn_variant<Fs...> v;
-    v.impl.template emplace<F>(std::move(*r));
-    return v;
+    return base::load(ck, c, layer, "feed-forward");
   }
 };
 // The empty slots: where config.json leaves a layer's mixer or feed-forward out.
