@@ -112,7 +112,7 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
-  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; kernels/matmul_w4a8.hpp). GFLOP/s are
+  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; kernels/avx512_vnni.hpp). GFLOP/s are
   // "effective" (2 N K n_tok per call) and still divided by the f32 FMA probe.
   const char* w4a8_isa = slm::w4a8_accelerated(best) ? "vnni" : "scalar";
   for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4}) {
@@ -131,7 +131,7 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
-  // The opt-in bf16-activation path (vdpbf16ps; kernels/matmul_bf16.hpp).
+  // The opt-in bf16-activation path (vdpbf16ps; kernels/avx512_bf16.hpp).
   const char* a16_isa = slm::bf16_activations_accelerated(best) ? "avx512bf16" : "rounded";
   for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4, weight_format::bf16}) {
     for (const shape& s : gemv_shapes) {

@@ -3,9 +3,6 @@
 #define SLM_UNIT_KERNELS 1
 
 #include "slm/kernels/matmul.hpp"
-#include "slm/kernels/matmul_w4a8.hpp"
-#include "slm/kernels/matmul_bf16.hpp"
-#include "slm/kernels/matmul_neon.hpp"
 #include "slm/formats/dequantize.hpp"
 #include "slm/formats/quantize.hpp"
 #include "slm/formats/convert.hpp"

@@ -239,6 +239,55 @@ TEST(Matmul, ReportsIsas) {
   }
 }
 
+// The kernel table (kernels/table.hpp): every (format, activation precision, isa) of this
+// CPU has a row with a GEMM, the row named in the table's comment; a GEMV exists for one or
+// two tokens exactly where the isa has a fused kernel for the format.
+TEST(KernelTable, EveryKeyHasTheDocumentedRow) {
+  using slm::activation_precision;
+  namespace mm = slm::detail::mm;
+  const weight_format formats[] = {weight_format::f32, weight_format::bf16, weight_format::f16,
+                                   weight_format::fp8_e4m3, weight_format::nvfp4, weight_format::mxfp4};
+  std::size_t rows = 0;
+  for (isa which : available_isas()) {
+    for (weight_format f : formats) {
+      const bool fp4 = f == weight_format::nvfp4 || f == weight_format::mxfp4;
+      const mm::kernel_row f32 = mm::find_kernels(f, activation_precision::f32, which);
+      const std::string_view isa_row = which == isa::scalar ? "reference" : slm::to_string(which);
+      EXPECT_EQ(f32.name, isa_row) << slm::to_string(f);
+      EXPECT_FALSE(f32.round_bf16);
+      ASSERT_NE(f32.gemm, nullptr);
+      // Fused GEMV: every format but fp8 on x86, every format on NEON, none for the reference.
+      const bool fused = which == isa::neon || ((which == isa::avx2 || which == isa::avx512) && f != weight_format::fp8_e4m3);
+      EXPECT_EQ(f32.gemv[1] != nullptr, fused) << slm::to_string(f) << " " << slm::to_string(which);
+      for (std::size_t r = 1; r <= mm::gemv_rows && fused; ++r) EXPECT_NE(f32.gemv[r], nullptr);
+
+      const mm::kernel_row i8 = mm::find_kernels(f, activation_precision::int8, which);
+      ASSERT_NE(i8.gemm, nullptr);
+      if (!fp4) EXPECT_EQ(i8.name, f32.name);
+      else EXPECT_EQ(i8.name, slm::w4a8_accelerated(which) ? "avx512_vnni" : "w4a8_reference");
+      if (fp4) EXPECT_NE(i8.gemm_prepare, nullptr);  // the quantization
+
+      const mm::kernel_row b16 = mm::find_kernels(f, activation_precision::bf16, which);
+      ASSERT_NE(b16.gemm, nullptr);
+      const bool has_bf16 = fp4 || f == weight_format::bf16;
+      if (has_bf16 && slm::bf16_activations_accelerated(which)) {
+        EXPECT_EQ(b16.name, "avx512_bf16");
+        EXPECT_NE(b16.gemm_prepare, nullptr);
+      } else {
+        EXPECT_EQ(b16.name, f32.name);
+        EXPECT_EQ(b16.round_bf16, has_bf16) << slm::to_string(f);  // the definition on f32 kernels
+      }
+      rows += 3;
+    }
+  }
+  EXPECT_GE(rows, 18u);
+  // The one default: packed 4-bit weights at the chosen precision, every other format exact.
+  static_assert(slm::default_activations(weight_format::nvfp4) == activation_precision::bf16);
+  static_assert(slm::default_activations(weight_format::mxfp4, activation_precision::int8) ==
+                activation_precision::int8);
+  static_assert(slm::default_activations(weight_format::bf16, activation_precision::int8) == activation_precision::f32);
+}
+
 TEST(Matmul, F32) { sweep(weight_format::f32, {1, 16, 37, 48, 80, 256, 1040}); }
 TEST(Matmul, Bf16) { sweep(weight_format::bf16, {1, 16, 37, 48, 80, 256, 1040}); }
 TEST(Matmul, F16) { sweep(weight_format::f16, {5, 16, 48, 80, 256, 1040}); }

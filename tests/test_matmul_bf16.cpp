@@ -1,4 +1,4 @@
-// matmul with bf16 activations (kernels/matmul_bf16.hpp): nvfp4 / mxfp4 / bf16 weights times
+// matmul with bf16 activations (kernels/avx512_bf16.hpp): nvfp4 / mxfp4 / bf16 weights times
 // activations rounded to bf16 once per call.
 //
 // Error bounds. Let xb_k = bf16(x_k) (detail::a16::to_bf16: RNE, f32 subnormals to zero),
@@ -28,7 +28,7 @@
 
 #include "slm/core/cpu.hpp"
 #include "slm/kernels/matmul.hpp"
-#include "slm/kernels/matmul_bf16.hpp"
+#include "slm/kernels/matmul.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/core/parallel.hpp"
 #include "test_helpers.hpp"
@@ -229,7 +229,7 @@ TEST(MatmulBf16Activations, RoundingAgrees) {
 #endif
 }
 
-// A realistic decode GEMV and prefill GEMM: the error figures in kernels/matmul_bf16.hpp's
+// A realistic decode GEMV and prefill GEMM: the error figures in kernels/avx512_bf16.hpp's
 // comment (printed), and the bound asserted.
 TEST(MatmulBf16Activations, ErrorOnRealisticGemv) {
   std::mt19937 rng(2024);

@@ -1,4 +1,4 @@
-// matmul W4A8 (kernels/matmul_w4a8.hpp): int8 activations for nvfp4 / mxfp4 weights.
+// matmul W4A8 (kernels/avx512_vnni.hpp): int8 activations for nvfp4 / mxfp4 weights.
 //
 // Error bound versus the exact product with f32 activations. Let w_k = fl(e_k f_s) be the
 // dequantized weight (what the W4A16 reference uses, f_s the block factor), d_b the
@@ -29,7 +29,7 @@
 
 #include "slm/core/cpu.hpp"
 #include "slm/kernels/matmul.hpp"
-#include "slm/kernels/matmul_w4a8.hpp"
+#include "slm/kernels/matmul.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/core/parallel.hpp"
 #include "test_helpers.hpp"

@@ -1,6 +1,6 @@
-// slm/slm.hpp - everything in one include: every public header (kernels/matmul_neon.hpp and
-// text/unicode_tables.hpp come in through kernels/matmul.hpp and text/unicode.hpp, where their code is
-// compiled: header-only mode, or the library's own units). Each header is also
+// slm/slm.hpp - everything in one include: every public header (text/unicode_tables.hpp comes
+// in through text/unicode.hpp, where its code is compiled: header-only mode, or the library's
+// own units; kernels/matmul_bf16.hpp and matmul_w4a8.hpp are old paths of kernels/matmul.hpp). Each header is also
 // self-contained, and a host that needs one part includes just that part's header: the
 // tokenizer, one model family, one router. In header-only mode this include compiles
 // all of slm in the including file; with slm::compiled (slm/core/build_mode.hpp) it is
@@ -28,9 +28,15 @@
 #include "slm/formats/dequantize.hpp"
 #include "slm/formats/quantize.hpp"
 #include "slm/formats/quant_config.hpp"
+#include "slm/kernels/kernel_row.hpp"
+#include "slm/kernels/reference.hpp"
+#include "slm/kernels/avx2.hpp"
+#include "slm/kernels/avx512.hpp"
+#include "slm/kernels/avx512_bf16.hpp"
+#include "slm/kernels/avx512_vnni.hpp"
+#include "slm/kernels/neon.hpp"
+#include "slm/kernels/table.hpp"
 #include "slm/kernels/matmul.hpp"
-#include "slm/kernels/matmul_w4a8.hpp"
-#include "slm/kernels/matmul_bf16.hpp"
 #include "slm/formats/policies.hpp"
 #include "slm/formats/convert.hpp"
 #include "slm/kernels/probes.hpp"

@@ -3,7 +3,7 @@
 // The kernels in kernels/matmul.hpp are compiled for several instruction sets inside one
 // translation unit (GCC/Clang `__attribute__((target(...)))`), so a host built without
 // -march=native still gets the AVX2 and AVX-512 paths; which one runs is decided here,
-// at run time. On AArch64 (little-endian, GCC/Clang) the NEON kernels (kernels/matmul_neon.hpp)
+// at run time. On AArch64 (little-endian, GCC/Clang) the NEON kernels (kernels/neon.hpp)
 // are plain ARMv8.0-A Advanced SIMD, which every AArch64 CPU has.
 //
 //   cpu_features detect_cpu_features()  what this CPU and OS support (cpuid + xgetbv on

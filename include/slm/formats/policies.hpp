@@ -49,13 +49,19 @@ struct policy {
     slm::dequantize_row(w, row, out);
   }
 
-  // Y[t, n] = sum_k X[t, k] W[n, k]; a weight of another format is a caller error.
+  // The activation precision a model layer runs this format at by default (bf16 for
+  // NVFP4/MXFP4, f32 for the others: default_activations, kernels/table.hpp).
+  static constexpr activation_precision activations = default_activations(Id);
+
+  // Y[t, n] = sum_k X[t, k] W[n, k] with the row of the kernel table for this format at
+  // `act` (by default what the model layers run, so both paths give the same numbers);
+  // a weight of another format is a caller error.
   static status matmul(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
-                       std::size_t ldy, executor_ref ex) {
+                       std::size_t ldy, executor_ref ex, activation_precision act = activations) {
     if (w.format != Id)
       return make_error(errc::invalid_argument, "a ", to_string(w.format), " weight passed to the ", to_string(Id),
                         " policy");
-    return slm::matmul(w, x, n_tok, ldx, y, ldy, ex);
+    return slm::matmul(w, x, n_tok, ldx, y, ldy, ex, isa::best, act);
   }
 };
 

@@ -97,8 +97,8 @@ struct kernel_figure {
 };
 
 // Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
-// `act` int8 selects the W4A8 path (kernels/matmul_w4a8.hpp) for nvfp4 / mxfp4, bf16 the
-// bf16-activation path (kernels/matmul_bf16.hpp) for nvfp4 / mxfp4 / bf16.
+// `act` int8 selects the W4A8 path (kernels/avx512_vnni.hpp) for nvfp4 / mxfp4, bf16 the
+// bf16-activation path (kernels/avx512_bf16.hpp) for nvfp4 / mxfp4 / bf16.
 result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
                                      const probe_result& probe, executor_ref ex, double seconds = 0.5,
                                      std::size_t gemv_bytes = std::size_t(160) << 20,

@@ -9,7 +9,7 @@
 //                   kernel (prefill GEMM) can at best reach.
 //   bf16 dot peak   the same with vdpbf16ps (AVX512_BF16: 32 bf16 products summed in
 //                   pairs into 16 f32 lanes, 64 FLOP per instruction); 0 on CPUs
-//                   without it. The ceiling of the bf16-activation GEMM (kernels/matmul_bf16.hpp).
+//                   without it. The ceiling of the bf16-activation GEMM (kernels/avx512_bf16.hpp).
 //
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (core/cpu.hpp), like the kernels.

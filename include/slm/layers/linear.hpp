@@ -30,7 +30,7 @@ struct compute_context {
   const cancellation* cancel = nullptr;
   // Activations of products with NVFP4/MXFP4 weights. bf16 (the default) is W4A16 as GPU
   // stacks run it: x rounded to bf16 once per product, weights exact, f32 sums
-  // (kernels/matmul_bf16.hpp states the bound: RMS error ~1.7e-3 of RMS y, against ~10 % for
+  // (kernels/avx512_bf16.hpp states the bound: RMS error ~1.7e-3 of RMS y, against ~10 % for
   // the 4-bit weights themselves), about twice the f32 path's speed on AVX512_BF16.
   // f32 is the exact reference (what matmul() computes), int8 the W4A8 path. Dense
   // weights always multiply f32 activations.
@@ -38,11 +38,11 @@ struct compute_context {
 };
 
 // The activation precision of a product with w: the context's for packed 4-bit weights
-// (NVFP4, MXFP4), f32 for every other format. Every layer asks here, so the choice is made
-// in one place.
+// (NVFP4, MXFP4), f32 for every other format. Every layer asks here, and this asks the
+// kernel table's default_activations (kernels/table.hpp), as a format policy's matmul does:
+// one decision for the layers and the compile-time path.
 inline activation_precision product_precision(const weight_matrix& w, const compute_context& cx) noexcept {
-  const bool packed = w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4;
-  return packed ? cx.quantized_activations : activation_precision::f32;
+  return default_activations(w.format, cx.quantized_activations);
 }
 
 // Bytes a kernel reads for one pass over w: codes plus block scales.

@@ -1,8 +1,6 @@
-// slm/kernels/matmul_neon.hpp - the AArch64 (NEON) kernels of matmul(): fused GEMV for every
-// weight format and the panel GEMM, selected by isa::neon (core/cpu.hpp).
-//
-// Included at the end of kernels/matmul.hpp on AArch64 (SLM_NEON); it declares what it defines
-// there (find_gemv_neon, gemm_rows_neon). Elsewhere this header is empty. Plain
+// slm/kernels/neon.hpp - the AArch64 (NEON) kernels with f32 activations: fused GEMV for
+// every weight format and the panel GEMM, selected by isa::neon (core/cpu.hpp). Their table
+// row: neon_row() (kernels/table.hpp). Elsewhere than AArch64 this header is empty. Plain
 // <arm_neon.h> intrinsics of ARMv8.0-A, which every AArch64 CPU has: no FP16
 // arithmetic, no dot product, no SVE.
 //
@@ -47,7 +45,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "slm/kernels/matmul.hpp"
+#include "slm/kernels/reference.hpp"
 
 #ifdef SLM_NEON
 #if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
@@ -279,9 +277,9 @@ void gemv_fp8(const weight_matrix& w, std::size_t r, const float* x, const float
   for (int i = 0; i < R; ++i) y[i] = vaddvq_f32(acc[i]) + tail[i];
 }
 
-template <bool NV> struct fp4_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_fp4<R, NV>(w, r, x, xp, y); } }; };
-template <weight_format F> struct f_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_f<R, F>(w, r, x, xp, y); } }; };
-template <int R> struct fp8_k { static void run(const weight_matrix& w, std::size_t r, const float* x, const float* xp, float* y) noexcept { gemv_fp8<R>(w, r, x, xp, y); } };
+template <bool NV> struct fp4_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_fp4<R, NV>(w, r, x, nullptr, y); } }; };
+template <weight_format F> struct f_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_f<R, F>(w, r, x, nullptr, y); } }; };
+template <int R> struct fp8_k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_fp8<R>(w, r, x, nullptr, y); } };
 #endif  // SLM_DEFINE_KERNELS
 
 // ---------------------------------------------------------------------------------
@@ -447,22 +445,8 @@ SLM_INLINE void micro_any(std::size_t T, const float* panel, std::size_t kc, con
 
 }  // namespace neon
 
-#if SLM_DEFINE_KERNELS
-SLM_INLINE gemv_kernels find_gemv_neon(weight_format f) noexcept {
-  switch (f) {
-    case weight_format::nvfp4: return make_gemv<neon::fp4_k<true>::k>(false);
-    case weight_format::mxfp4: return make_gemv<neon::fp4_k<false>::k>(false);
-    case weight_format::bf16: return make_gemv<neon::f_k<weight_format::bf16>::k>(false);
-    case weight_format::f32: return make_gemv<neon::f_k<weight_format::f32>::k>(false);
-    case weight_format::f16: return make_gemv<neon::f_k<weight_format::f16>::k>(false);
-    case weight_format::fp8_e4m3: return make_gemv<neon::fp8_k>(false);
-  }
-  return {};
-}
-#endif  // SLM_DEFINE_KERNELS
-
 // Rows [r0, r1) of Y for n_tok tokens through 16-row panels. panel: 16 x gemm_kc floats,
-// tmp: gemm_kc floats (matmul() provides more).
+// tmp: gemm_kc floats (gemm_neon provides more).
 #if SLM_DEFINE_KERNELS
 SLM_INLINE void gemm_rows_neon(const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
                                std::size_t ldy, std::size_t r0, std::size_t r1, float* panel, float* tmp) noexcept {
@@ -482,6 +466,29 @@ SLM_INLINE void gemm_rows_neon(const weight_matrix& w, const float* x, std::size
                         k0 == 0);
     }
   }
+}
+
+SLM_INLINE void gemm_neon(const weight_matrix& w, const acts& a, std::size_t n_tok, float* y, std::size_t ldy,
+                          std::size_t r0, std::size_t r1, std::byte* scratch) noexcept {
+  float* panel = reinterpret_cast<float*>(scratch);
+  gemm_rows_neon(w, a.x, n_tok, a.ldx, y, ldy, r0, r1, panel, panel + 64 * gemm_kc);
+}
+
+// The NEON row for f32 activations: a fused GEMV for every format, the panel GEMM.
+SLM_INLINE kernel_row neon_row(weight_format f) noexcept {
+  kernel_row k;
+  k.name = "neon";
+  k.gemm = &gemm_neon;
+  k.gemm_scratch = (64 * gemm_kc + gemm_kc) * sizeof(float);
+  switch (f) {
+    case weight_format::nvfp4: set_gemv<neon::fp4_k<true>::k>(k); break;
+    case weight_format::mxfp4: set_gemv<neon::fp4_k<false>::k>(k); break;
+    case weight_format::bf16: set_gemv<neon::f_k<weight_format::bf16>::k>(k); break;
+    case weight_format::f32: set_gemv<neon::f_k<weight_format::f32>::k>(k); break;
+    case weight_format::f16: set_gemv<neon::f_k<weight_format::f16>::k>(k); break;
+    case weight_format::fp8_e4m3: set_gemv<neon::fp8_k>(k); break;
+  }
+  return k;
 }
 #endif  // SLM_DEFINE_KERNELS
 

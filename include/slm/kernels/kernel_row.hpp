@@ -1,0 +1,94 @@
+// slm/kernels/kernel_row.hpp - one row of the kernel table: the kernels that multiply one
+// weight format at one activation precision on one instruction set.
+//
+// kernels/table.hpp keys the rows by (weight format, activation precision, isa) and
+// kernels/matmul.hpp is the one driver that runs any row. A row says what the driver must do
+// around its kernels: prepare a copy of the activations (rounded to bf16, quantized to
+// int8 per block, permuted to a kernel's lane order), and how much scratch a GEMM chunk
+// needs. The kernels live in one file per isa: kernels/reference.hpp, avx2.hpp, avx512.hpp,
+// avx512_bf16.hpp, avx512_vnni.hpp, neon.hpp.
+#pragma once
+#include "slm/core/build_mode.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "slm/formats/weights.hpp"
+
+namespace slm {
+
+// Activation precision of one product. The weights are dequantized exactly on every path;
+// what differs is what the activations are rounded to before the products:
+//   f32   none: the default of matmul() (exact f32 math, gamma bound)
+//   int8  per-block int8 (nvfp4 / mxfp4; AVX-512 VNNI): kernels/avx512_vnni.hpp
+//   bf16  bf16, round to nearest even, once per call (nvfp4 / mxfp4 / bf16 weights;
+//         AVX-512 BF16 vdpbf16ps): kernels/avx512_bf16.hpp
+// Never chosen behind the caller's back (no environment variable): a model's numerics
+// are the host's decision, per call (layers/linear.hpp's product_precision for the layers).
+enum class activation_precision : std::uint8_t { f32, int8, bf16 };
+
+constexpr std::string_view to_string(activation_precision a) noexcept {
+  switch (a) {
+    case activation_precision::f32: return "f32";
+    case activation_precision::int8: return "int8";
+    case activation_precision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+namespace detail::mm {
+
+// Rows processed together by the fused GEMV kernels.
+inline constexpr std::size_t gemv_rows = 4;
+
+// The activations as a row's GEMM reads them: the caller's f32 rows (ldx apart) and the
+// copy its prepare step made (null when it has none).
+struct acts {
+  const float* x;
+  std::size_t ldx;
+  const std::byte* p;
+};
+
+// Writes token t of n_tok (x: its w.cols activations) into the row's layout at out.
+using prepare_fn = void (*)(const weight_matrix& w, const float* x, std::size_t t, std::size_t n_tok,
+                            std::byte* out) noexcept;
+// Bytes of that layout for n_tok tokens of K activations.
+using bytes_fn = std::size_t (*)(std::size_t K, std::size_t n_tok) noexcept;
+// y[r .. r + R) for one token: x its activations, xp its prepared copy.
+using gemv_fn = void (*)(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp,
+                         float* y) noexcept;
+// Y rows [r0, r1) for every token; scratch: gemm_scratch bytes of this chunk, 64-aligned.
+using gemm_fn = void (*)(const weight_matrix& w, const acts& a, std::size_t n_tok, float* y, std::size_t ldy,
+                         std::size_t r0, std::size_t r1, std::byte* scratch) noexcept;
+
+struct kernel_row {
+  std::string_view name;  // what runs: "reference", "avx2", "avx512", "avx512_bf16", ...
+  // The bf16 definition on f32 kernels (no bf16 dot product here): the driver rounds X
+  // to bf16 once, then runs this row as for f32 activations.
+  bool round_bf16 = false;
+  // Fused GEMV for one or two tokens: gemv[R] computes R rows (1..gemv_rows). Null: the
+  // GEMM runs at every n_tok.
+  gemv_fn gemv[gemv_rows + 1] = {};
+  prepare_fn gemv_prepare = nullptr;  // per token, before its rows; null: the kernels read x
+  bytes_fn gemv_bytes = nullptr;
+  gemm_fn gemm = nullptr;             // every row has one
+  prepare_fn gemm_prepare = nullptr;  // every token once per call; null: the kernels read x
+  bytes_fn gemm_bytes = nullptr;
+  std::size_t gemm_scratch = 0;  // bytes per chunk of rows
+};
+
+#if SLM_DEFINE_KERNELS
+// gemv[1..4] = &K<R>::run.
+template <template <int> class K>
+constexpr void set_gemv(kernel_row& k) noexcept {
+  k.gemv[1] = &K<1>::run;
+  k.gemv[2] = &K<2>::run;
+  k.gemv[3] = &K<3>::run;
+  k.gemv[4] = &K<4>::run;
+}
+#endif  // SLM_DEFINE_KERNELS
+
+}  // namespace detail::mm
+
+}  // namespace slm
