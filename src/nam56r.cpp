@@ -19,6 +19,10 @@
 
 #include "slm/generate/generator.hpp"
 
+// The config-driven NAM56R model, every part, with its session (a member class, so
+// instantiated with it; models/nam56r/model.hpp declares it extern).
+template class slm::basic_nam56r_model<slm::nam56r::mixer, slm::nam56r::ffn>;
+
 // The generators of these models' sessions (slm/generate/generator_instances.hpp).
 template class slm::generator<slm::nam56r_model::session>;
 template class slm::generator<slm::nanochat_model::session>;

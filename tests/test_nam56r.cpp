@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "slm/formats/convert.hpp"
@@ -1120,6 +1121,25 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
   using nvfp4 = slm::specialist<slm::format::nvfp4, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
                                 part::m2rnn, part::ngram_hash, part::mtp>;
   EXPECT_TRUE(slm_test::fails_with(nvfp4::load(dir), slm::errc::unsupported, {"expects nvfp4"}));
+
+  // The parts are the model's type (issue 19, item 4). Every part makes nam56r_model itself,
+  // the config-driven model the library compiles once; a shorter list leaves the other parts
+  // out of the layer stack's variants, so their code is not compiled into the host, and a
+  // layer that needs one is refused while the stack is built.
+  static_assert(std::is_same_v<full::model_type, slm::nam56r_model>);
+  static_assert(!no_m2rnn::model_type::mixer_type::has<slm::m2rnn_mixer>);
+  static_assert(no_m2rnn::model_type::mixer_type::has<slm::nam56r::mamba3_part>);
+  using ssm_moe = slm::specialist<slm::format::any, slm::pattern<"">, part::mamba3, part::moe>;
+  using ssm_mixer = ssm_moe::model_type::mixer_type;
+  static_assert(ssm_mixer::has<slm::nam56r::mamba3_part> && ssm_mixer::has<slm::no_mixer>);
+  static_assert(!ssm_mixer::has<slm::nam56r::attention_part> && !ssm_mixer::has<slm::m2rnn_mixer>);
+  static_assert(std::variant_size_v<decltype(ssm_mixer::impl)> == 2);  // Mamba-3, or none (a MoE layer)
+  static_assert(ssm_moe::model_type::ffn_type::has<slm::basic_moe_ffn<>>);
+  using attention_only = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa>;
+  static_assert(std::variant_size_v<decltype(attention_only::model_type::ffn_type::impl)> == 1);  // no MoE: none
+  EXPECT_TRUE(slm_test::fails_with(ssm_moe::load(dir), slm::errc::unsupported,
+                                   {"layer 0 is dense MLA attention", "does not list among its parts"}));
+  EXPECT_TRUE(slm_test::fails_with(attention_only::load(dir), slm::errc::unsupported, {"layer 1 is a MoE feed-forward"}));
 }
 
 TEST(Nam56r, BadConfig) {

@@ -9,13 +9,19 @@
 // The type states what the host was built for: the weight format of every projection
 // (format::any: whatever the checkpoint holds), the layer pattern (pattern<""> : any), and
 // the parts the stack may use - the sequence mixers (mla, dsa, mamba3, m2rnn), the
-// feed-forward (moe), and the extras (ngram_hash, structure, mtp). load() reads the
-// checkpoint through the config-driven loader (models/nam56r/model.hpp builds the layers from
-// config.json) and then refuses, naming the layer and the mismatch, a checkpoint that
-// needs a part the type does not list, follows another pattern, or stores a projection in
-// another format. So a host that names its specialist gets exactly that model or an
-// error value, never a silently different one; the config-driven path (nam56r_model)
-// builds the same compositions from config.json alone.
+// feed-forward (moe), and the extras (ngram_hash, structure, mtp).
+//
+// The parts are the model's type: the specialist holds basic_nam56r_model<Mixer, Ffn>
+// (models/nam56r/model.hpp) whose layer stack is a variant of exactly the named mixer and
+// feed-forward parts (mla or dsa: nam56r::attention_part; mamba3: nam56r::mamba3_part;
+// m2rnn: m2rnn_mixer; moe: basic_moe_ffn<>), so a part that is not named is not compiled
+// into the host. load() builds that stack from config.json, refusing a layer whose part is
+// not named, then refuses, naming the mismatch, a checkpoint that follows another pattern,
+// has an extra the type does not list (MLA against DSA, n-gram, structure, MTP), or stores
+// a projection in another format. So a host that names its specialist gets exactly that
+// model or an error value, never a silently different one. Naming every part gives
+// nam56r_model itself, the config-driven path (the same type, compiled once by the library
+// in compiled mode).
 //
 // The decoder family (Llama/Qwen GQA, DeepSeek MLA + MoE, Mamba-2 and Nemotron-H hybrids)
 // composes the same way through slm::decoder<Attention, Ffn, Norm, Format> (models/hf/model.hpp);
@@ -33,6 +39,8 @@
 
 #include "slm/formats/policies.hpp"
 #include "slm/models/nam56r/model.hpp"
+#include "slm/models/nam56r/model_impl.hpp"
+#include "slm/models/stack.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {
@@ -67,6 +75,34 @@ concept specialist_part = std::same_as<T, part::mla> || std::same_as<T, part::ds
                           std::same_as<T, part::ngram_hash> || std::same_as<T, part::structure> ||
                           std::same_as<T, part::mtp>;
 
+namespace detail {
+// The layer-stack variants of a list of parts: each named part's alternative, in a fixed
+// order, and the empty slot (a MoE layer has no mixer, a mixer layer no feed-forward).
+template <class... Ts>
+struct type_list {};
+template <bool B, class T>
+using part_if = std::conditional_t<B, type_list<T>, type_list<>>;
+template <template <class...> class V, class... Lists>
+struct join;
+template <template <class...> class V, class... Ts>
+struct join<V, type_list<Ts...>> {
+  using type = V<Ts...>;
+};
+template <template <class...> class V, class... As, class... Bs, class... Rest>
+struct join<V, type_list<As...>, type_list<Bs...>, Rest...> : join<V, type_list<As..., Bs...>, Rest...> {};
+
+template <class... Parts>
+struct specialist_stack {
+  template <class P>
+  static constexpr bool named = (std::same_as<P, Parts> || ...);
+  using mixer = typename join<attention_variant,
+                              part_if<named<part::mla> || named<part::dsa>, slm::nam56r::attention_part>,
+                              part_if<named<part::mamba3>, slm::nam56r::mamba3_part>, part_if<named<part::m2rnn>, m2rnn_mixer>,
+                              type_list<no_mixer>>::type;
+  using ffn = typename join<ffn_variant, part_if<named<part::moe>, basic_moe_ffn<>>, type_list<no_ffn>>::type;
+};
+}  // namespace detail
+
 template <class P>
 concept pattern_constraint = requires {
   { P::value } -> std::convertible_to<std::string_view>;
@@ -77,9 +113,13 @@ class specialist {
  public:
   template <class P>
   static constexpr bool has = (std::same_as<P, Parts> || ...);
+  // The model the parts make: its stack holds exactly the named parts.
+  using model_type = basic_nam56r_model<typename detail::specialist_stack<Parts...>::mixer,
+                                        typename detail::specialist_stack<Parts...>::ffn>;
+  using session = typename model_type::session;
 
   static result<specialist> load(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
-    auto m = nam56r_model::load(dir, opt);
+    auto m = model_type::load(dir, opt);
     if (!m.ok()) return std::move(m).take_error();
     specialist s;
     s.m_ = std::move(*m);
@@ -87,10 +127,10 @@ class specialist {
     return s;
   }
 
-  const nam56r_model& model() const noexcept { return m_; }
+  const model_type& model() const noexcept { return m_; }
   const nam56r_config& config() const noexcept { return m_.config(); }
   std::size_t vocab() const noexcept { return m_.vocab(); }
-  nam56r_model::session new_session(session_options o = {}) const { return m_.new_session(o); }
+  session new_session(session_options o = {}) const { return m_.new_session(o); }
 
  private:
   status check(const std::string& where) const {
@@ -144,7 +184,7 @@ class specialist {
     return {};
   }
 
-  nam56r_model m_;
+  model_type m_;
 };
 
 }  // namespace slm

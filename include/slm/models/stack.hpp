@@ -68,6 +68,8 @@ concept ffn_part = requires(const F& f, const float* x, float* y, workspace& ws,
 // A per-layer choice among mixer parts, itself a mixer part (the config-driven path).
 template <class... As>
 struct attention_variant {
+  template <class T>
+  static constexpr bool has = (std::same_as<T, As> || ...);  // T is one of the parts
   std::variant<As...> impl;
   struct cache {
     std::variant<typename As::cache...> impl;
@@ -122,6 +124,8 @@ struct attention_variant {
 
 template <class... Fs>
 struct ffn_variant {
+  template <class T>
+  static constexpr bool has = (std::same_as<T, Fs> || ...);  // T is one of the parts
   std::variant<Fs...> impl;
   status forward(const float* x, std::size_t T, float* y, workspace& ws, compute_context& cx) const {
     return std::visit([&](const auto& f) { return f.forward(x, T, y, ws, cx); }, impl);
