@@ -15,6 +15,7 @@
 #include <fstream>
 #include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -1140,6 +1141,84 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
   EXPECT_TRUE(slm_test::fails_with(ssm_moe::load(dir), slm::errc::unsupported,
                                    {"layer 0 is dense MLA attention", "does not list among its parts"}));
   EXPECT_TRUE(slm_test::fails_with(attention_only::load(dir), slm::errc::unsupported, {"layer 1 is a MoE feed-forward"}));
+}
+
+namespace {
+// A host's own Mamba-3 part (nam56r::host_part): the library's math, loaded by the host from
+// the same tensors, counting the calls that reach it.
+struct counted_mamba3 {
+  static constexpr slm::nam56r_layer_kind serves = slm::nam56r_layer_kind::mamba3;
+  using cache = slm::nam56r::mamba3_part::cache;
+  slm::nam56r::mamba3_part inner;
+  std::shared_ptr<std::size_t> calls = std::make_shared<std::size_t>(0);
+
+  static slm::result<counted_mamba3> load(const slm::checkpoint& ck, const slm::nam56r_config& c,
+                                          const slm::nam56r_layer& l) {
+    counted_mamba3 p;
+    auto w = slm::load_vector(ck, l.prefix + ".mixer.impl.pre_norm.weight", c.hidden_size);
+    if (!w.ok()) return std::move(w).take_error();
+    p.inner.pre_norm.weight = std::move(*w);
+    p.inner.pre_norm.eps = static_cast<float>(c.layernorm_epsilon);
+    auto m = slm::nam56r::load_mamba3(ck, l.prefix + ".mixer.impl.mixer", c.mamba(l.number - 1));
+    if (!m.ok()) return std::move(m).take_error();
+    p.inner.mixer = std::move(*m);
+    return p;
+  }
+  template <class Options>
+  slm::status init_cache(cache& c, const Options& o) const {
+    return inner.init_cache(c, o);
+  }
+  slm::status forward(const float* x, std::size_t T, float* y, cache& c, slm::workspace& ws,
+                      slm::compute_context& cx) const {
+    ++*calls;
+    return inner.forward(x, T, y, c, ws, cx);
+  }
+};
+static_assert(slm::nam56r::host_part<counted_mamba3>);
+}  // namespace
+
+// A part the host defines plugs into a specialist through the concept (issue 19, item 4):
+// it takes every Mamba-3 layer, the library's Mamba-3 part is not compiled, and the model
+// computes what nam56r_model computes, bit for bit, through the host's code.
+TEST(Nam56r, HostPartPlugsIntoASpecialist) {
+  namespace part = slm::part;
+  const auto dir = slm_test::test_data("nam56r/tiny");
+  using hosted = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe, counted_mamba3,
+                                 part::m2rnn, part::ngram_hash, part::mtp>;
+  using mixer = hosted::model_type::mixer_type;
+  static_assert(mixer::has<counted_mamba3> && !mixer::has<slm::nam56r::mamba3_part>);
+  auto h = hosted::load(dir);
+  ASSERT_TRUE(h.ok()) << h.error().message();
+  auto ref = slm::nam56r_model::load(dir);
+  ASSERT_TRUE(ref.ok()) << ref.error().message();
+  std::size_t m_layers = 0;
+  for (const auto& l : ref->config().plan.layers) m_layers += !l.mtp_depth && l.kind == slm::nam56r_layer_kind::mamba3;
+  ASSERT_GT(m_layers, 0u);
+
+  slm::serial_executor ex;
+  slm::compute_context cx{ex};
+  const std::vector<std::int32_t> ids = {5, 17, 3, 42, 9, 61, 7};
+  auto hs = h->new_session();
+  auto rs = ref->new_session();
+  std::vector<float> a(ids.size() * 100), b(ids.size() * 100);
+  ASSERT_TRUE(hs.forward(ids, ids.size(), a.data(), cx).ok());  // prefill
+  ASSERT_TRUE(rs.forward(ids, ids.size(), b.data(), cx).ok());
+  EXPECT_EQ(a, b);
+  const std::int32_t next[] = {11};
+  ASSERT_TRUE(hs.forward(next, 1, a.data(), cx).ok());  // one decode step
+  ASSERT_TRUE(rs.forward(next, 1, b.data(), cx).ok());
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 100, b.begin()));
+  // Every Mamba-3 layer ran through the host's part, once per call.
+  std::size_t calls = 0;
+  for (const auto& L : h->model().stack().layers)
+    if (const auto* p = std::get_if<counted_mamba3>(&L.mixer.impl)) calls += *p->calls;
+  EXPECT_EQ(calls, 2 * m_layers);
+  // Its state saves and loads as the library part's does (the same cache type and record).
+  auto saved = hs.save();
+  ASSERT_TRUE(saved.ok()) << saved.error().message();
+  auto again = rs.save();
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*saved, *again);
 }
 
 TEST(Nam56r, BadConfig) {

@@ -69,11 +69,13 @@ struct structure {};   // the structure embedding (side inputs)
 struct mtp {};         // multi-token-prediction depths (speculative drafting)
 }  // namespace part
 
+// One of the tags above, or a host's own part for a kind of layer (nam56r::host_part,
+// models/nam56r/model.hpp), which takes every layer of its kind in place of the library's.
 template <class T>
 concept specialist_part = std::same_as<T, part::mla> || std::same_as<T, part::dsa> || std::same_as<T, part::moe> ||
                           std::same_as<T, part::mamba3> || std::same_as<T, part::m2rnn> ||
                           std::same_as<T, part::ngram_hash> || std::same_as<T, part::structure> ||
-                          std::same_as<T, part::mtp>;
+                          std::same_as<T, part::mtp> || nam56r::host_part<T>;
 
 namespace detail {
 // The layer-stack variants of a list of parts: each named part's alternative, in a fixed
@@ -91,15 +93,22 @@ struct join<V, type_list<Ts...>> {
 template <template <class...> class V, class... As, class... Bs, class... Rest>
 struct join<V, type_list<As...>, type_list<Bs...>, Rest...> : join<V, type_list<As..., Bs...>, Rest...> {};
 
+template <class P>
+inline constexpr bool host_mixer = slm::nam56r::host_part<P> && mixer_part<P>;
+template <class P>
+inline constexpr bool host_ffn = slm::nam56r::host_part<P> && !mixer_part<P>;
+
+// A host's parts come first: the model gives a layer to the first part that serves its kind.
 template <class... Parts>
 struct specialist_stack {
   template <class P>
   static constexpr bool named = (std::same_as<P, Parts> || ...);
-  using mixer = typename join<attention_variant,
+  using mixer = typename join<attention_variant, part_if<host_mixer<Parts>, Parts>...,
                               part_if<named<part::mla> || named<part::dsa>, slm::nam56r::attention_part>,
                               part_if<named<part::mamba3>, slm::nam56r::mamba3_part>, part_if<named<part::m2rnn>, m2rnn_mixer>,
                               type_list<no_mixer>>::type;
-  using ffn = typename join<ffn_variant, part_if<named<part::moe>, basic_moe_ffn<>>, type_list<no_ffn>>::type;
+  using ffn = typename join<ffn_variant, part_if<host_ffn<Parts>, Parts>..., part_if<named<part::moe>, basic_moe_ffn<>>,
+                           type_list<no_ffn>>::type;
 };
 }  // namespace detail
 
@@ -113,6 +122,8 @@ class specialist {
  public:
   template <class P>
   static constexpr bool has = (std::same_as<P, Parts> || ...);
+  // Whether a host's part takes the layers of kind k.
+  static constexpr bool hosted(nam56r_layer_kind k) noexcept { return (serves<Parts>(k) || ...); }
   // The model the parts make: its stack holds exactly the named parts.
   using model_type = basic_nam56r_model<typename detail::specialist_stack<Parts...>::mixer,
                                         typename detail::specialist_stack<Parts...>::ffn>;
@@ -133,6 +144,12 @@ class specialist {
   session new_session(session_options o = {}) const { return m_.new_session(o); }
 
  private:
+  template <class P>
+  static constexpr bool serves(nam56r_layer_kind k) noexcept {
+    if constexpr (nam56r::host_part<P>) return P::serves == k;
+    else return false;
+  }
+
   status check(const std::string& where) const {
     const nam56r_config& c = m_.config();
     if (!Pattern::value.empty() && c.hybrid_pattern != Pattern::value)
@@ -143,7 +160,7 @@ class specialist {
                         ", which this specialist type does not list among its parts");
     };
     for (const nam56r_layer& l : c.plan.layers) {
-      if (l.mtp_depth) continue;  // MTP sublayers: part::mtp
+      if (l.mtp_depth || hosted(l.kind)) continue;  // MTP sublayers: part::mtp
       const std::size_t i = l.number - 1;
       switch (l.kind) {
         case nam56r_layer_kind::mla: if (!has<part::mla>) return refuse(i, "dense MLA attention"); break;

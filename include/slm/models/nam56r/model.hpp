@@ -55,6 +55,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -66,6 +67,7 @@
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "slm/layers/activation.hpp"
@@ -174,6 +176,31 @@ struct mamba3_part {
 using mixer = attention_variant<attention_part, mamba3_part, m2rnn_mixer, no_mixer>;  // A, M, R; none for E
 using ffn = ffn_variant<basic_moe_ffn<>, no_ffn>;                                     // E; none for A, M, R
 
+// A host's own part for one kind of NAM56R layer, named among the parts of slm::specialist
+// (models/specialist.hpp): a mixer_part or an ffn_part (models/stack.hpp) that says which kind
+// it serves and loads itself from the checkpoint, from the tensors under the layer's
+// Megatron prefix (l.prefix). The model loads the slot's norm as for its own parts
+// (input_layernorm for A, pre_mlp_layernorm for E, norm for M and R). It takes every layer
+// of its kind, in place of the library's part.
+template <class P>
+concept host_part = (mixer_part<P> || ffn_part<P>) &&
+                    requires(const checkpoint& ck, const nam56r_config& c, const nam56r_layer& l) {
+                      { P::serves } -> std::convertible_to<nam56r_layer_kind>;
+                      { P::load(ck, c, l) } -> std::same_as<result<P>>;
+                    };
+
+// fn.template operator()<P>() for each alternative P of a stack variant (attention_variant,
+// ffn_variant), in order, until one returns an error.
+template <class V, class Fn>
+status for_each_alternative(Fn&& fn) {
+  using variant = decltype(V::impl);
+  return [&]<std::size_t... I>(std::index_sequence<I...>) {
+    status s;
+    ((s.ok() ? void(s = fn.template operator()<std::variant_alternative_t<I, variant>>()) : void()), ...);
+    return s;
+  }(std::make_index_sequence<std::variant_size_v<variant>>{});
+}
+
 }  // namespace nam56r
 
 // The NAM56R model over a layer stack of the given parts (models/stack.hpp): Mixer is an
@@ -196,6 +223,8 @@ class basic_nam56r_model : public movable_model<basic_nam56r_model<Mixer, Ffn>> 
   const nam56r_config& config() const noexcept { return cfg_; }
   std::size_t vocab() const noexcept { return cfg_.vocab_size; }
   const checkpoint& weights() const noexcept { return *ck_; }
+  // The main layers as loaded: one per plan entry, the slot its kind fills holding its part.
+  const layer_stack<Mixer, Ffn>& stack() const noexcept { return stack_; }
   // The output layer on final-normed hidden rows (session::forward's `hidden`, or another
   // model's mapped into this one's space): [rows, hidden_size] x [hidden_size, vocab()] -> [rows, vocab()].
   status head_logits(const float* hidden, std::size_t rows, float* logits, compute_context& cx) const;
@@ -230,6 +259,9 @@ class basic_nam56r_model : public movable_model<basic_nam56r_model<Mixer, Ffn>> 
   // An attention layer under prefix and its input norm; the identity only where
   // config.json's list `bare_key` (bare) names `index`: a missing norm is never taken for
   // "no norm".
+  // The input norm of an attention layer (the identity where `bare` lists `index`).
+  status load_input_norm(block_norm& norm, const std::string& prefix, const std::vector<std::size_t>& bare,
+                         std::size_t index, std::string_view bare_key) const;
   status load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
                    const std::vector<std::size_t>& bare, std::size_t index, std::string_view bare_key) const;
 

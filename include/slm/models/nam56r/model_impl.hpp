@@ -132,18 +132,24 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::norm_of(rms_norm& n, const std
 }
 
 template <class Mixer, class Ffn>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_input_norm(block_norm& norm, const std::string& prefix,
+                                                                  const std::vector<std::size_t>& bare,
+                                                                  std::size_t index, std::string_view bare_key) const {
+  const std::string name = prefix + ".input_layernorm.weight";
+  norm.identity = std::find(bare.begin(), bare.end(), index) != bare.end();
+  if (norm.identity) return {};  // a stored norm stays unbound and is reported
+  if (!ck_->find(name))
+    return make_error(errc::not_found, ck_->dir().string(), ": no tensor named '", name,
+                      "' (an attention layer stored without its input norm must be listed in config.json's \"",
+                      bare_key, "\")");
+  return norm_of(norm.rms, name);
+}
+
+template <class Mixer, class Ffn>
 SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
                                           const std::vector<std::size_t>& bare, std::size_t index,
                                           std::string_view bare_key) const {
-  const std::string name = prefix + ".input_layernorm.weight";
-  norm.identity = std::find(bare.begin(), bare.end(), index) != bare.end();
-  if (!norm.identity) {  // else a stored norm stays unbound and is reported
-    if (!ck_->find(name))
-      return make_error(errc::not_found, ck_->dir().string(), ": no tensor named '", name,
-                        "' (an attention layer stored without its input norm must be listed in config.json's \"",
-                        bare_key, "\")");
-    SLM_TRY(norm_of(norm.rms, name));
-  }
+  SLM_TRY(load_input_norm(norm, prefix, bare, index, bare_key));
   auto at = nam56r::load_mla<rope_interleaved>(*ck_, prefix + ".self_attention", cfg_.mla(dsa));
   if (!at.ok()) return std::move(at).take_error();
   attn = std::move(*at);
@@ -181,6 +187,39 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
     auto& L = stack_.layers[i];
     L.has_mixer = l.kind != nam56r_layer_kind::moe;
     L.has_ffn = l.kind == nam56r_layer_kind::moe;
+    // A host's own part serving this kind (nam56r::host_part, named in slm::specialist)
+    // takes the layer in place of the library's; the model loads the slot's norm.
+    bool hosted = false;
+    auto host = [&]<class P>() -> status {
+      if constexpr (nam56r::host_part<P>) {
+        if (hosted || P::serves != l.kind) return {};
+        if constexpr (mixer_part<P>) {
+          if (l.kind == nam56r_layer_kind::mla || l.kind == nam56r_layer_kind::dsa)
+            SLM_TRY(load_input_norm(L.mixer_norm, p, cfg_.attention_layers_without_input_norm, i,
+                                    "attention_layers_without_input_norm"));
+          else SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
+        } else {
+          SLM_TRY(norm_of(L.ffn_norm.rms, p + ".pre_mlp_layernorm.weight"));
+        }
+        auto part = P::load(ck, cfg_, l);
+        if (!part.ok()) return std::move(part).take_error().with_context(cat("layer ", i));
+        if constexpr (mixer_part<P>) {
+          L.mixer.impl.template emplace<P>(std::move(*part));
+        } else {
+          static_assert(Mixer::template has<no_mixer>, "a host feed-forward part needs no_mixer in the mixer slot");
+          L.ffn.impl.template emplace<P>(std::move(*part));
+          L.mixer.impl.template emplace<no_mixer>();
+        }
+        hosted = true;
+      }
+      return {};
+    };
+    SLM_TRY(nam56r::for_each_alternative<Mixer>(host));
+    SLM_TRY(nam56r::for_each_alternative<Ffn>(host));
+    if (hosted) {
+      dsa_rank += l.kind == nam56r_layer_kind::dsa;
+      continue;
+    }
     // A kind whose part the stack's variants leave out: refused, naming the layer (the
     // words slm::specialist's own checks use).
     auto not_listed = [&](std::string_view what) {
