@@ -194,6 +194,14 @@ TEST(Compose, HostPartsRunInTheLayerStack) {
   s.layers[1].has_ffn = true;
   EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
                                    {"layer 1 (feed-forward)", "always fails"}));
+  // A slot in use whose norm was never loaded is refused before anything reads it.
+  s.layers[1].ffn_norm = slm::block_norm{};
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
+                                   {"layer 1 (feed-forward)", "the feed-forward slot's norm does not fit a stream of 4"}));
+  s.layers[2].mixer_norm.rms.weight = slm::floats{};
+  s.layers[1].has_ffn = false;
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
+                                   {"layer 2 (gain)", "the mixer slot's norm does not fit a stream of 4 (0 weights)"}));
   caches.pop_back();
   EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx), slm::errc::invalid_argument,
                                    {"2 caches for 3 layers"}));

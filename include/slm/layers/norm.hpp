@@ -90,6 +90,15 @@ struct block_norm {
   bool layer = false;
   bool identity = false;
 
+  // Whether apply() can run on rows of d values: the identity, or a weight (and, for a
+  // LayerNorm, a bias) for every column. A default block_norm fits no d > 0: a norm left
+  // unloaded is refused where it would be read, not read out of bounds.
+  bool fits(std::size_t d) const noexcept {
+    if (identity) return true;
+    if (layer) return ln.weight.size() == d && ln.bias.size() == d;
+    return rms.kind == norm_weight_kind::none || rms.weight.size() == d;
+  }
+
   // [T, d] with rows ld apart -> [T, d] rows ldo apart.
   void apply(const float* in, std::size_t T, std::size_t d, std::size_t ld, float* out, std::size_t ldo) const noexcept {
     if (identity) {

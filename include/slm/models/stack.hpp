@@ -19,6 +19,7 @@
 #include "slm/core/build_mode.hpp"
 
 #include <concepts>
+#include <initializer_list>
 #include <cstddef>
 #include <span>
 #include <string_view>
@@ -213,6 +214,12 @@ struct layer_stack {
         return std::move(st).with_context(cat("layer ", i, " (", L.has_mixer ? caches[i].kind() : "feed-forward", ")"));
       };
       if (status st = check_cancelled(cx.cancel); !st.ok()) return in_layer(std::move(st));
+      // A slot in use whose norm was never loaded (a stack built by hand): an error value.
+      for (const block_norm* n : {L.has_mixer ? &L.mixer_norm : nullptr, L.has_ffn ? &L.ffn_norm : nullptr})
+        if (n && !n->fits(d))
+          return in_layer(make_error(errc::invalid_argument, n == &L.mixer_norm ? "the mixer" : "the feed-forward",
+                                     " slot's norm does not fit a stream of ", d, " (",
+                                     n->layer ? n->ln.weight.size() : n->rms.weight.size(), " weights)"));
       if (L.has_mixer) {
         L.mixer_norm.apply(x, T, d, d, hp, d);
         if (status st = L.mixer.forward(hp, T, yp, caches[i], ws, cx); !st.ok())  // [T, d] -> [T, d]
