@@ -128,7 +128,8 @@ SLM_INLINE status validate(const weight_matrix& w, const float* x, std::size_t n
 // what is computed.
 inline constexpr std::size_t row_unit = 32;
 
-// The driver: runs row `k` of the table. `who` names the public entry in errors.
+// The driver: Y = X W^T through row k of the table, for arguments matmul_at has checked
+// (n_tok, N and K > 0).
 status run(const kernel_row& k, const weight_matrix& w, const float* x, std::size_t n_tok, std::size_t ldx, float* y,
            std::size_t ldy, executor_ref ex);
 #if SLM_DEFINE_KERNELS
