@@ -37,6 +37,7 @@
 #include "slm/kernels/neon.hpp"
 #include "slm/kernels/table.hpp"
 #include "slm/kernels/matmul.hpp"
+#include "slm/kernels/attention_ops.hpp"
 #include "slm/formats/policies.hpp"
 #include "slm/formats/convert.hpp"
 #include "slm/kernels/probes.hpp"

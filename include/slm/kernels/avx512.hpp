@@ -12,7 +12,7 @@
 #include "slm/kernels/reference.hpp"
 
 #ifdef SLM_X86
-#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // the kernels; hsum_512 for layers/attention.hpp
+#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // the kernels; hsum_512 for kernels/attention_ops.hpp
 #include <immintrin.h>
 #endif
 #define SLM_MM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")))
