@@ -77,7 +77,7 @@ concept specialist_part = std::same_as<T, part::mla> || std::same_as<T, part::ds
                           std::same_as<T, part::ngram_hash> || std::same_as<T, part::structure> ||
                           std::same_as<T, part::mtp> || nam56r::host_part<T>;
 
-namespace detail {
+namespace detail::specialist_parts {
 // The layer-stack variants of a list of parts: each named part's alternative, in a fixed
 // order, and the empty slot (a MoE layer has no mixer, a mixer layer no feed-forward).
 template <class... Ts>
@@ -110,7 +110,7 @@ struct specialist_stack {
   using ffn = typename join<ffn_variant, part_if<host_ffn<Parts>, Parts>..., part_if<named<part::moe>, basic_moe_ffn<>>,
                            type_list<no_ffn>>::type;
 };
-}  // namespace detail
+}  // namespace detail::specialist_parts
 
 template <class P>
 concept pattern_constraint = requires {
@@ -125,8 +125,8 @@ class specialist {
   // Whether a host's part takes the layers of kind k.
   static constexpr bool hosted(nam56r_layer_kind k) noexcept { return (serves<Parts>(k) || ...); }
   // The model the parts make: its stack holds exactly the named parts.
-  using model_type = basic_nam56r_model<typename detail::specialist_stack<Parts...>::mixer,
-                                        typename detail::specialist_stack<Parts...>::ffn>;
+  using model_type = basic_nam56r_model<typename detail::specialist_parts::specialist_stack<Parts...>::mixer,
+                                        typename detail::specialist_parts::specialist_stack<Parts...>::ffn>;
   using session = typename model_type::session;
 
   static result<specialist> load(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
