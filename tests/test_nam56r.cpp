@@ -1116,6 +1116,9 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
   using other = slm::specialist<slm::format::any, slm::pattern<"AEME">, part::mla, part::dsa, part::moe, part::mamba3,
                                 part::m2rnn, part::ngram_hash, part::mtp>;
   EXPECT_TRUE(slm_test::fails_with(other::load(dir), slm::errc::unsupported, {"\"AEMEAEMEAEMR\"", "\"AEME\""}));
+  using no_dsa = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::moe, part::mamba3, part::m2rnn,
+                                 part::ngram_hash, part::mtp>;  // MLA and DSA share a part: a check after loading
+  EXPECT_TRUE(slm_test::fails_with(no_dsa::load(dir), slm::errc::unsupported, {"is DSA-MLA attention"}));
   using no_mtp = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
                                  part::m2rnn, part::ngram_hash>;
   EXPECT_TRUE(slm_test::fails_with(no_mtp::load(dir), slm::errc::unsupported, {"2 MTP depths"}));

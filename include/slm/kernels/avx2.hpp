@@ -276,7 +276,7 @@ SLM_INLINE kernel_row avx2_row(weight_format f) noexcept {
   kernel_row k;
   k.name = "avx2";
   k.gemm = &gemm_256;
-  k.gemm_scratch = (64 * gemm_kc + gemm_kc) * sizeof(float);
+  k.gemm_scratch = panel_scratch;
   switch (f) {
     case weight_format::nvfp4: set_gemv<fp4_256<true>::k>(k); break;
     case weight_format::mxfp4: set_gemv<fp4_256<false>::k>(k); break;

@@ -435,8 +435,6 @@ SLM_MM_AVX512 SLM_INLINE void prepare_512(const weight_matrix& w, const float* x
                 w.format == weight_format::nvfp4 || w.format == weight_format::mxfp4);
 }
 inline std::size_t permuted_bytes(std::size_t K, std::size_t) noexcept { return K * sizeof(float); }
-// Scratch of a GEMM chunk: a 64-row panel and one decoded row.
-inline constexpr std::size_t panel_scratch = (64 * gemm_kc + gemm_kc) * sizeof(float);
 SLM_MM_AVX512 SLM_INLINE void gemm_512(const weight_matrix& w, const acts& a, std::size_t n_tok, float* y,
                                        std::size_t ldy, std::size_t r0, std::size_t r1, std::byte* scratch) noexcept {
   float* panel = reinterpret_cast<float*>(scratch);

@@ -479,7 +479,7 @@ SLM_INLINE kernel_row neon_row(weight_format f) noexcept {
   kernel_row k;
   k.name = "neon";
   k.gemm = &gemm_neon;
-  k.gemm_scratch = (64 * gemm_kc + gemm_kc) * sizeof(float);
+  k.gemm_scratch = panel_scratch;
   switch (f) {
     case weight_format::nvfp4: set_gemv<neon::fp4_k<true>::k>(k); break;
     case weight_format::mxfp4: set_gemv<neon::fp4_k<false>::k>(k); break;

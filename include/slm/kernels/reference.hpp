@@ -141,6 +141,9 @@ inline float fp4_dot_scalar(const std::byte* codes, const float* x, std::size_t 
 
 // Column block of the GEMM panels.
 inline constexpr std::size_t gemm_kc = 256;
+// Scratch of one chunk of the f32-activation panel GEMMs (AVX2, AVX-512, NEON): a panel of
+// up to 64 rows and one decoded row.
+inline constexpr std::size_t panel_scratch = (64 * gemm_kc + gemm_kc) * sizeof(float);
 
 #if SLM_DEFINE_KERNELS
 // The f32 reference as a row of the table: every n_tok, no scratch.

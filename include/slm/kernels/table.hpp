@@ -37,26 +37,29 @@ constexpr activation_precision default_activations(weight_format f,
   return f == weight_format::nvfp4 || f == weight_format::mxfp4 ? packed : activation_precision::f32;
 }
 
+namespace detail::mm {
+// `which` resolves to AVX-512, this CPU runs it, and it has the extension `has`.
+inline bool avx512_with(isa which, bool cpu_features::*has) noexcept {
+#ifdef SLM_X86
+  return resolve_isa(which) == isa::avx512 && isa_supported(isa::avx512, host_cpu()) && host_cpu().*has;
+#else
+  (void)which;
+  (void)has;
+  return false;
+#endif
+}
+}  // namespace detail::mm
+
 // Whether bf16 activations run the vdpbf16ps kernels for `which` on this CPU (for nvfp4,
 // mxfp4 and bf16 weights); otherwise the f32 kernels run on rounded activations.
 inline bool bf16_activations_accelerated(isa which = isa::best) noexcept {
-#ifdef SLM_X86
-  return resolve_isa(which) == isa::avx512 && isa_supported(isa::avx512, host_cpu()) && host_cpu().avx512bf16;
-#else
-  (void)which;
-  return false;
-#endif
+  return detail::mm::avx512_with(which, &cpu_features::avx512bf16);
 }
 
 // Whether int8 activations (W4A8) run the AVX-512 VNNI kernels for `which` on this CPU;
 // otherwise the scalar W4A8 reference runs.
 inline bool w4a8_accelerated(isa which = isa::best) noexcept {
-#ifdef SLM_X86
-  return resolve_isa(which) == isa::avx512 && isa_supported(isa::avx512, host_cpu()) && host_cpu().avx512vnni;
-#else
-  (void)which;
-  return false;
-#endif
+  return detail::mm::avx512_with(which, &cpu_features::avx512vnni);
 }
 
 namespace detail::mm {

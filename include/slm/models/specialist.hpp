@@ -159,17 +159,14 @@ class specialist {
       return make_error(errc::unsupported, where, ": layer ", i, " is ", what,
                         ", which this specialist type does not list among its parts");
     };
+    // A MoE, Mamba-3 or M2RNN layer without its part was refused while the stack was built
+    // (the model's variants hold exactly the named parts). MLA and DSA-MLA share one part
+    // (nam56r::attention_part), so naming one of them is checked here.
     for (const nam56r_layer& l : c.plan.layers) {
       if (l.mtp_depth || hosted(l.kind)) continue;  // MTP sublayers: part::mtp
       const std::size_t i = l.number - 1;
-      switch (l.kind) {
-        case nam56r_layer_kind::mla: if (!has<part::mla>) return refuse(i, "dense MLA attention"); break;
-        case nam56r_layer_kind::dsa: if (!has<part::dsa>) return refuse(i, "DSA-MLA attention"); break;
-        case nam56r_layer_kind::moe: if (!has<part::moe>) return refuse(i, "a MoE feed-forward"); break;
-        case nam56r_layer_kind::mamba3: if (!has<part::mamba3>) return refuse(i, "a Mamba-3 mixer"); break;
-        case nam56r_layer_kind::m2rnn: if (!has<part::m2rnn>) return refuse(i, "an M2RNN mixer"); break;
-        case nam56r_layer_kind::mlp: break;  // MTP's own dense MLP: part of part::mtp
-      }
+      if (l.kind == nam56r_layer_kind::mla && !has<part::mla>) return refuse(i, "dense MLA attention");
+      if (l.kind == nam56r_layer_kind::dsa && !has<part::dsa>) return refuse(i, "DSA-MLA attention");
     }
     if (c.ngram_hash && !has<part::ngram_hash>)
       return make_error(errc::unsupported, where, ": the checkpoint has an n-gram hash embedding, which this "

@@ -187,20 +187,32 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
     auto& L = stack_.layers[i];
     L.has_mixer = l.kind != nam56r_layer_kind::moe;
     L.has_ffn = l.kind == nam56r_layer_kind::moe;
+    // The norm of the slot the kind fills, for the library's parts and a host's alike:
+    // input_layernorm for A (the identity where config.json lists the layer bare),
+    // pre_mlp_layernorm for E, norm for M and R.
+    auto slot_norm = [&]() -> status {
+      switch (l.kind) {
+        case nam56r_layer_kind::mla:
+        case nam56r_layer_kind::dsa:
+          return load_input_norm(L.mixer_norm, p, cfg_.attention_layers_without_input_norm, i,
+                                 "attention_layers_without_input_norm");
+        case nam56r_layer_kind::moe: return norm_of(L.ffn_norm.rms, p + ".pre_mlp_layernorm.weight");
+        case nam56r_layer_kind::mamba3:
+        case nam56r_layer_kind::m2rnn: return norm_of(L.mixer_norm.rms, p + ".norm.weight");
+        case nam56r_layer_kind::mlp: break;
+      }
+      return make_error(errc::invalid_argument, "NAM56R: a dense MLP layer in the main stack");
+    };
     // A host's own part serving this kind (nam56r::host_part, named in slm::specialist)
     // takes the layer in place of the library's; the model loads the slot's norm.
     bool hosted = false;
     auto host = [&]<class P>() -> status {
       if constexpr (nam56r::host_part<P>) {
+        // A mixer serves a mixer's kind, a feed-forward the MoE's: the slot the kind fills.
+        static_assert(mixer_part<P> == (P::serves != nam56r_layer_kind::moe),
+                      "a host part's slot (mixer or feed-forward) must be the one its layer kind fills");
         if (hosted || P::serves != l.kind) return {};
-        if constexpr (mixer_part<P>) {
-          if (l.kind == nam56r_layer_kind::mla || l.kind == nam56r_layer_kind::dsa)
-            SLM_TRY(load_input_norm(L.mixer_norm, p, cfg_.attention_layers_without_input_norm, i,
-                                    "attention_layers_without_input_norm"));
-          else SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
-        } else {
-          SLM_TRY(norm_of(L.ffn_norm.rms, p + ".pre_mlp_layernorm.weight"));
-        }
+        SLM_TRY(slot_norm());
         auto part = P::load(ck, cfg_, l);
         if (!part.ok()) return std::move(part).take_error().with_context(cat("layer ", i));
         if constexpr (mixer_part<P>) {
@@ -251,7 +263,7 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
         if constexpr (!Ffn::template has<basic_moe_ffn<>> || !Mixer::template has<no_mixer>) {
           return not_listed("a MoE feed-forward");
         } else {
-          SLM_TRY(norm_of(L.ffn_norm.rms, p + ".pre_mlp_layernorm.weight"));
+          SLM_TRY(slot_norm());
           nam56r::moe_config mc;
           mc.hidden = d;
           mc.n_experts = cfg_.num_moe_experts;
@@ -272,7 +284,7 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
           return not_listed("a Mamba-3 mixer");
         } else {
           nam56r::mamba3_part m;
-          SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
+          SLM_TRY(slot_norm());
           SLM_TRY(norm_of(m.pre_norm, p + ".mixer.impl.pre_norm.weight"));
           auto x = nam56r::load_mamba3(ck, p + ".mixer.impl.mixer", cfg_.mamba(i));
           if (!x.ok()) return std::move(x).take_error();
@@ -285,7 +297,7 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
         if constexpr (!Mixer::template has<m2rnn_mixer>) {
           return not_listed("an M2RNN mixer");
         } else {
-          SLM_TRY(norm_of(L.mixer_norm.rms, p + ".norm.weight"));
+          SLM_TRY(slot_norm());
           auto x = nam56r::load_m2rnn(ck, p + ".mixer.impl", cfg_.m2rnn());
           if (!x.ok()) return std::move(x).take_error();
           L.mixer.impl.template emplace<m2rnn_mixer>(std::move(*x));
