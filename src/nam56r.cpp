@@ -12,6 +12,7 @@
 #include "slm/models/nam56r/pattern.hpp"
 #include "slm/models/nam56r/model.hpp"
 #include "slm/models/nanochat/bind.hpp"
+#include "slm/models/nanochat/block.hpp"
 #include "slm/models/nanochat/mamba.hpp"
 #include "slm/models/nanochat/model.hpp"
 #include "slm/generate/speculative.hpp"

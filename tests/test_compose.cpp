@@ -207,4 +207,72 @@ TEST(Compose, HostPartsRunInTheLayerStack) {
                                    {"2 caches for 3 layers"}));
 }
 
+// A block policy a host defines (models/stack.hpp): before() adds a per-layer offset and the
+// call's bias, after() doubles the stream and counts the layers it saw. The expected rows
+// follow the contract: before, the two slots, after, per layer, in layer order.
+struct offset_block {
+  struct layer {
+    float offset = 0.0f;
+  };
+  struct context {
+    float bias = 0.0f;
+    std::vector<std::size_t> seen;  // the layers after() ran on, in order
+    bool fail_after = false;
+  };
+  static slm::status before(const layer& L, std::size_t, float* x, std::size_t T, std::size_t d, context& c,
+                            slm::workspace&, slm::compute_context&) {
+    for (std::size_t k = 0; k < T * d; ++k) x[k] += L.offset + c.bias;
+    return {};
+  }
+  static slm::status after(const layer&, std::size_t i, float* x, std::size_t T, std::size_t d, context& c,
+                           slm::workspace&, slm::compute_context&) {
+    if (c.fail_after) return slm::make_error(slm::errc::invalid_argument, "the block refused");
+    for (std::size_t k = 0; k < T * d; ++k) x[k] *= 2.0f;
+    c.seen.push_back(i);
+    return {};
+  }
+};
+static_assert(slm::block_policy<offset_block>);
+static_assert(slm::block_policy<slm::plain_block>);
+static_assert(!slm::block_policy<gain_mixer>);
+// The plain block costs a layer nothing (no storage).
+static_assert(sizeof(slm::stack_layer<gain_mixer, failing_ffn>) ==
+              sizeof(slm::stack_layer<gain_mixer, failing_ffn, slm::plain_block>));
+
+TEST(Compose, BlockPolicyRunsAroundTheSlots) {
+  constexpr std::size_t d = 4, T = 2;
+  using stack = slm::layer_stack<gain_mixer, failing_ffn, offset_block>;
+  stack s;
+  s.layers.resize(2);
+  for (std::size_t i = 0; i < 2; ++i) {
+    s.layers[i].mixer.gain = 3.0f;
+    s.layers[i].mixer_norm.identity = true;
+    s.layers[i].has_ffn = false;
+    s.layers[i].block.offset = static_cast<float>(i + 1);
+  }
+  std::vector<stack::cache> caches;
+  ASSERT_TRUE(s.init_caches(caches, slm::session_options{}).ok());
+  std::vector<float> x(T * d), want(T * d);
+  for (std::size_t k = 0; k < x.size(); ++k) x[k] = want[k] = 0.5f * static_cast<float>(k);
+  for (std::size_t i = 0; i < 2; ++i)
+    for (float& v : want) {
+      v += static_cast<float>(i + 1) + 0.25f;  // before
+      v += 3.0f * v;                             // the mixer slot (identity norm)
+      v *= 2.0f;                                 // after
+    }
+  offset_block::context bc;
+  bc.bias = 0.25f;
+  slm::floats hs, ys;
+  slm::workspace ws;
+  slm::compute_context cx{slm_test::the_pools().p2};
+  ASSERT_TRUE(s.forward(x.data(), T, d, caches, hs, ys, ws, cx, bc).ok());
+  EXPECT_EQ(slm_test::max_abs_diff(x.data(), want.data(), x.size()), 0.0);
+  EXPECT_EQ(bc.seen, (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(caches[1].size(), T);
+  // An error of the block names the layer, as a part's does.
+  bc.fail_after = true;
+  EXPECT_TRUE(slm_test::fails_with(s.forward(x.data(), T, d, caches, hs, ys, ws, cx, bc),
+                                   slm::errc::invalid_argument, {"layer 0 (gain)", "the block refused"}));
+}
+
 }  // namespace

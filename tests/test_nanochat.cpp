@@ -360,6 +360,18 @@ TEST_P(NanochatGpt, LogitsSessionAndRollbackMatchTheOracle) {
   const auto full_ref = g.tensor("out/logits");
   slm::compute_context cx{slm_test::the_pools().p2};
 
+  // The model runs on the layer stack (models/stack.hpp): one layer per block, its mixer
+  // the config's kind, nanochat's block holding the layer's Engram and mHC.
+  const slm::nanochat_config& c = m->config();
+  ASSERT_EQ(m->stack().layers.size(), c.n_layer);
+  for (std::size_t i = 0; i < c.n_layer; ++i) {
+    const auto& L = m->stack().layers[i];
+    EXPECT_EQ(L.mixer.impl.index(), c.layer_kinds[i] == slm::nanochat_config::mixer::mamba ? 1u : 0u) << i;
+    EXPECT_EQ(L.block.has_engram, c.engram_layer[i]) << i;
+    EXPECT_EQ(L.block.has_mhc, c.mhc_enabled) << i;
+    EXPECT_TRUE(L.has_mixer && L.has_ffn) << i;
+  }
+
   std::vector<float> full(T * V);
   ASSERT_TRUE(m->forward_uncached(ids, full.data(), cx).ok());
   double max_ref = 0;

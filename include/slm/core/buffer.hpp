@@ -78,6 +78,10 @@ struct workspace {
   // while none has.
   floats topk;
   std::size_t topk_k = 0;
+  // Whether this call is a forward without a cache from position 0 (nanochat's
+  // GPT.forward, whose DSA layers take nanochat's sparse training path); the caller sets
+  // it for each call.
+  bool uncached_forward = false;
 };
 
 }  // namespace slm

@@ -9,12 +9,18 @@
 // them (attention_variant, ffn_variant: the config-driven path), a family's adapters
 // (NAM56R's Mamba-3 with its second norm, its DSA layers that share a top-k) or a host's
 // own. The stack knows neither checkpoint names nor config files: a family's binder fills
-// it (models/hf/model.hpp, models/nam56r/model.hpp), and a session keeps one mixer cache per
-// layer (models/session.hpp saves them, each as its own record).
+// it (models/hf/model.hpp, models/nam56r/model.hpp, models/nanochat/model.hpp), and a session
+// keeps one mixer cache per layer (models/session.hpp saves them, each as its own record).
 //
 // Per-call context: the layers of one forward call hand each other what they share
 // through the session's workspace (core/buffer.hpp: workspace::topk, DSA IndexCache's
 // top-k); forward() clears it at the start of every call, so nothing leaks across calls.
+//
+// A block policy (the third parameter; plain_block by default) runs a family's own steps
+// around a layer's two slots: nanochat mixes the embedding into its input before them and
+// adds its Engram and mHC branches after them (models/nanochat/block.hpp). Its per-layer
+// weights live in the stack's layer; what it reads and keeps per call comes in a context
+// the caller owns.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -167,20 +173,47 @@ struct no_ffn {
   void for_each_linear(Fn&&) const {}
 };
 
-// One layer of the stack: which slots are filled, their norms and parts. A slot's norm
-// may be the identity (block_norm::identity: NAM56R attention layers stored without one).
-template <mixer_part Mixer, ffn_part Ffn>
+// A block policy: layer (its per-layer weights), context (what one call hands it) and
+// before() / after(), which run on the residual stream x [T, d] of layer i around its
+// two slots.
+template <class B>
+concept block_policy = requires(const typename B::layer& l, typename B::context& c, float* x, workspace& ws,
+                                compute_context& cx) {
+  { B::before(l, std::size_t{}, x, std::size_t{}, std::size_t{}, c, ws, cx) } -> std::same_as<status>;
+  { B::after(l, std::size_t{}, x, std::size_t{}, std::size_t{}, c, ws, cx) } -> std::same_as<status>;
+};
+
+// The plain block: the two slots and nothing else (every family but nanochat).
+struct plain_block {
+  struct layer {};
+  struct context {};
+  static status before(const layer&, std::size_t, float*, std::size_t, std::size_t, context&, workspace&,
+                       compute_context&) noexcept {
+    return {};
+  }
+  static status after(const layer&, std::size_t, float*, std::size_t, std::size_t, context&, workspace&,
+                      compute_context&) noexcept {
+    return {};
+  }
+};
+
+// One layer of the stack: which slots are filled, their norms and parts, and the block
+// policy's part. A slot's norm may be the identity (block_norm::identity: NAM56R attention
+// layers stored without one).
+template <mixer_part Mixer, ffn_part Ffn, block_policy Block = plain_block>
 struct stack_layer {
   block_norm mixer_norm, ffn_norm;
   Mixer mixer;
   Ffn ffn;
   bool has_mixer = true, has_ffn = true;
+  [[no_unique_address]] typename Block::layer block;
 };
 
-template <mixer_part Mixer, ffn_part Ffn>
+template <mixer_part Mixer, ffn_part Ffn, block_policy Block = plain_block>
 struct layer_stack {
-  using layer = stack_layer<Mixer, Ffn>;
+  using layer = stack_layer<Mixer, Ffn, Block>;
   using cache = typename Mixer::cache;
+  using block_context = typename Block::context;
 
   std::vector<layer> layers;
   float branch_scale = 1.0f;  // each branch's multiplier (Granite's residual_multiplier; 1 elsewhere)
@@ -197,7 +230,15 @@ struct layer_stack {
   // each mixer appends T positions to its cache. h, y: [T, d] scratch. On an error the
   // caches may hold part of the call: the session truncates them back.
   status forward(float* x, std::size_t T, std::size_t d, std::span<cache> caches, floats& h, floats& y, workspace& ws,
-                 compute_context& cx) const {
+                 compute_context& cx) const
+    requires std::same_as<Block, plain_block>
+  {
+    plain_block::context none;
+    return forward(x, T, d, caches, h, y, ws, cx, none);
+  }
+  // The same with the block policy's context for this call.
+  status forward(float* x, std::size_t T, std::size_t d, std::span<cache> caches, floats& h, floats& y, workspace& ws,
+                 compute_context& cx, [[maybe_unused]] block_context& bc) const {
     if (caches.size() != layers.size())
       return make_error(errc::invalid_argument, "layer stack: ", caches.size(), " caches for ", layers.size(),
                         " layers");
@@ -220,6 +261,8 @@ struct layer_stack {
           return in_layer(make_error(errc::invalid_argument, n == &L.mixer_norm ? "the mixer" : "the feed-forward",
                                      " slot's norm does not fit a stream of ", d, " (",
                                      n->layer ? n->ln.weight.size() : n->rms.weight.size(), " weights)"));
+      if constexpr (!std::same_as<Block, plain_block>)
+        if (status st = Block::before(L.block, i, x, T, d, bc, ws, cx); !st.ok()) return in_layer(std::move(st));
       if (L.has_mixer) {
         L.mixer_norm.apply(x, T, d, d, hp, d);
         if (status st = L.mixer.forward(hp, T, yp, caches[i], ws, cx); !st.ok())  // [T, d] -> [T, d]
@@ -232,6 +275,8 @@ struct layer_stack {
           return in_layer(std::move(st));
         for (std::size_t k = 0; k < T * d; ++k) x[k] += scale * yp[k];
       }
+      if constexpr (!std::same_as<Block, plain_block>)
+        if (status st = Block::after(L.block, i, x, T, d, bc, ws, cx); !st.ok()) return in_layer(std::move(st));
     }
     return {};
   }

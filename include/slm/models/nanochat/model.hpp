@@ -9,7 +9,9 @@
 // columns.
 //
 // Forward (all norms parameter-free RMSNorm, eps = f32 machine epsilon, as nanochat run
-// in f32; on CUDA nanochat runs bf16 and its eps is then bf16's):
+// in f32; on CUDA nanochat runs bf16 and its eps is then bf16's). The blocks run on the
+// layer stack (models/stack.hpp): the mixer and MLP are its two slots, and nanochat's block
+// policy (models/nanochat/block.hpp) adds the lambdas before them and Engram and mHC after:
 //   x = rms(wte[ids]);  x0 = x
 //   per block i:  x = resid_lambdas[i] x + x0_lambdas[i] x0
 //                 h = rms(x);  x_attn = x + Mixer(h);  base = x_attn + MLP(rms(x_attn))
@@ -86,27 +88,16 @@
 #include "slm/layers/session_options.hpp"
 #include "slm/models/bind.hpp"
 #include "slm/models/nanochat/bind.hpp"
+#include "slm/models/nanochat/block.hpp"
 #include "slm/models/nanochat/mamba.hpp"
 #include "slm/models/session.hpp"
+#include "slm/models/stack.hpp"
 #include "slm/core/numeric.hpp"
 #include "slm/formats/quant_config.hpp"
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {
-
-namespace detail::nanochat {
-
-inline constexpr float softcap = 15.0f;
-inline constexpr float eps = std::numeric_limits<float>::epsilon();  // F.rms_norm(eps=None) in f32
-
-// Parameter-free RMSNorm of one row (f32 machine epsilon); in and out may alias.
-void rms_row(const float* in, float* out, std::size_t d) noexcept;
-inline void rms_rows(const float* in, std::size_t T, std::size_t d, float* out) noexcept {
-  for (std::size_t t = 0; t < T; ++t) rms_row(in + t * d, out + t * d, d);
-}
-
-}  // namespace detail::nanochat
 
 // nanochat's rotary table: inv_freq_i = 1 / theta^(2i / hd) (f32, as torch), angle =
 // position x inv_freq (f32 product), cos and sin rounded to bf16 (nanochat keeps them in
@@ -149,6 +140,18 @@ class nanochat_attention {
   static result<nanochat_attention> load(const checkpoint& ck, std::string_view prefix, const nanochat_attention_config& c);
 
   status init_cache(nanochat_kv& kv, kv_dtype type, std::size_t reserve_tokens) const;
+
+  // As a part of the layer stack (models/stack.hpp's mixer_part): the cache the session's
+  // options ask for, and the forward that takes nanochat's training path where the call
+  // says it is a forward without a cache (workspace::uncached_forward).
+  using cache = nanochat_kv;
+  template <class Options>
+  status init_cache(nanochat_kv& kv, const Options& o) const {
+    return init_cache(kv, o.kv, o.reserve_tokens);
+  }
+  status forward(const float* h, std::size_t T, float* out, nanochat_kv& kv, workspace& ws, compute_context& cx) const {
+    return forward(h, T, out, kv, ws.uncached_forward, ws, cx);
+  }
 
   // nanochat's top_k for a no-cache call of T tokens, and whether it takes the sparse path.
   std::size_t top_k(std::size_t T) const noexcept;
@@ -268,6 +271,10 @@ struct nanochat_config {
 class nanochat_model : public movable_model<nanochat_model> {
  public:
   using mixer = nanochat_config::mixer;
+  // The layer stack (models/stack.hpp): per layer, attention (plain or DSA) or Mamba, then
+  // the MLP, inside nanochat's block (models/nanochat/block.hpp).
+  using mixer_part = attention_variant<nanochat_attention, nanochat_mamba_layer>;
+  using stack_type = layer_stack<mixer_part, nanochat_mlp, nanochat_block>;
 
   static result<nanochat_model> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
 
@@ -277,6 +284,7 @@ class nanochat_model : public movable_model<nanochat_model> {
   std::size_t vocab() const noexcept { return cfg_.vocab_size; }
   const checkpoint& weights() const noexcept { return *ck_; }
   bool has_mtp() const noexcept { return cfg_.mtp_enabled; }
+  const stack_type& stack() const noexcept { return stack_; }
 
   // GPT.forward(ids) without a cache (eval): logits [T, vocab] (softcapped).
   status forward_uncached(std::span<const std::int32_t> ids, float* logits, compute_context& cx) const;
@@ -288,28 +296,12 @@ class nanochat_model : public movable_model<nanochat_model> {
   session new_session(session_options o = {}) const;
 
  private:
-  struct block {
-    mixer kind = mixer::attention;
-    float resid_lambda = 1.0f, x0_lambda = 0.0f;
-    nanochat_attention attn;
-    nanochat_mamba_layer mamba;
-    nanochat_mlp mlp;
-    bool has_engram = false, has_mhc = false;
-    engram_branch engram;
-    mhc_mixer mhc;
-    std::size_t branches() const noexcept { return has_engram ? 3 : 2; }
-  };
-
-  // Per-layer state of a sequence.
-  struct layer_state {
-    nanochat_kv kv;                      // attention / DSA
-    nanochat_mamba_layer::cache mamba;   // Mamba
-    engram_branch::cache engram;         // Engram
-    floats mhc_hist;                     // mHC: [positions, N, C] branch rows seen so far
-  };
+  // Per-layer state of a sequence: the mixer's cache (KV rows or the Mamba state) and the
+  // block's (Engram history, mHC rows); then the scratch of a call.
   struct sequence {
-    std::vector<layer_state> layers;
-    floats x, x0, h, y, xa, base, eng, logit_rows, pooled;
+    std::vector<stack_type::cache> caches;
+    std::vector<nanochat_block::state> blocks;
+    floats x, x0, h, y, input, normed, eng, logit_rows, pooled;
     workspace ws;
   };
 
@@ -327,7 +319,7 @@ class nanochat_model : public movable_model<nanochat_model> {
   nanochat_config cfg_;
   weight_matrix wte_;
   linear lm_head_;
-  std::vector<block> blocks_;
+  stack_type stack_;
   nanochat_mtp_head mtp_;
 };
 
@@ -352,12 +344,12 @@ class nanochat_model::session : public model_session<nanochat_model::session, na
   // ---- What models/session.hpp asks of a family ----
   status make_state(sequence& s, const session_options& o) const { return m_->init_sequence(s, o); }
   void truncate_state(sequence& s, std::size_t len) const noexcept { truncate(s, len); }
-  // The recurrent caches (Mamba, Engram); KV rows and mHC history always roll back.
+  // Every mixer's cache and the Engram caches (mHC rows always roll back).
   template <class Fn>
   void for_each_cache(const sequence& s, Fn&& fn) const {
-    for (std::size_t i = 0; i < s.layers.size(); ++i) {
-      if (s.layers[i].mamba.initialized()) fn(i, s.layers[i].mamba);
-      if (s.layers[i].engram.initialized()) fn(i, s.layers[i].engram);
+    for (std::size_t i = 0; i < s.caches.size(); ++i) {
+      fn(i, s.caches[i]);
+      if (s.blocks[i].engram.initialized()) fn(i, s.blocks[i].engram);
     }
   }
   // The config's dimensions, per layer its mixer, window and branches, each cache's
@@ -372,13 +364,6 @@ inline nanochat_model::session nanochat_model::new_session(session_options o) co
 
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----
 #if SLM_DEFINE_NAM56R
-
-SLM_INLINE void detail::nanochat::rms_row(const float* in, float* out, std::size_t d) noexcept {
-  double ss = 0;
-  for (std::size_t i = 0; i < d; ++i) ss += static_cast<double>(in[i]) * in[i];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
-  for (std::size_t i = 0; i < d; ++i) out[i] = in[i] * inv;
-}
 
 SLM_INLINE nanochat_rope nanochat_rope::make(double theta, std::size_t head_dim) {
   nanochat_rope r;
@@ -906,25 +891,27 @@ SLM_INLINE result<nanochat_model> nanochat_model::from_checkpoint(checkpoint&& c
   if (!rl.ok()) return std::move(rl).take_error();
   auto xl = load_vector(ck, "x0_lambdas", c.n_layer);
   if (!xl.ok()) return std::move(xl).take_error();
-  m.blocks_.resize(c.n_layer);
+  m.stack_.layers.resize(c.n_layer);
   for (std::size_t i = 0; i < c.n_layer; ++i) {
-    block& b = m.blocks_[i];
-    b.kind = c.layer_kinds[i];
+    stack_type::layer& L = m.stack_.layers[i];
+    nanochat_block::layer& b = L.block;
+    L.mixer_norm = nanochat_norm();
+    L.ffn_norm = nanochat_norm();
     b.resid_lambda = (*rl)[i];
     b.x0_lambda = (*xl)[i];
     const std::string pre = cat("transformer.h.", i);
-    if (b.kind == mixer::mamba) {
+    if (c.layer_kinds[i] == mixer::mamba) {
       auto mm = nanochat_mamba_layer::load(ck, pre + ".attn", c.mamba_config());
       if (!mm.ok()) return std::move(mm).take_error().with_context(cat("layer ", i));
-      b.mamba = std::move(*mm);
+      L.mixer.impl.emplace<nanochat_mamba_layer>(std::move(*mm));
     } else {
       auto a = nanochat_attention::load(ck, pre + ".attn", c.attention_config(i));
       if (!a.ok()) return std::move(a).take_error().with_context(cat("layer ", i));
-      b.attn = std::move(*a);
+      L.mixer.impl.emplace<nanochat_attention>(std::move(*a));
     }
     auto f = nanochat_mlp::load(ck, pre + ".mlp", C);
     if (!f.ok()) return std::move(f).take_error();
-    b.mlp = std::move(*f);
+    L.ffn = std::move(*f);
     if (c.engram_layer[i]) {
       auto ec = engram_config::make(C, c.engram_ngram_orders, c.engram_bottleneck_dim);
       if (!ec.ok()) return std::move(ec).take_error().with_context("config.json");
@@ -964,23 +951,20 @@ SLM_INLINE status nanochat_model::mtp_logits(const float* h, std::span<const std
 }
 
 SLM_INLINE status nanochat_model::init_sequence(sequence& s, const session_options& o) const {
-  s.layers.clear();
-  s.layers.resize(blocks_.size());
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    const block& b = blocks_[i];
-    layer_state& L = s.layers[i];
-    if (b.kind == mixer::mamba) SLM_TRY(b.mamba.init_cache(L.mamba, o));
-    else SLM_TRY(b.attn.init_cache(L.kv, o.kv, o.reserve_tokens));
-    if (b.has_engram) SLM_TRY(b.engram.init_cache(L.engram, o));
+  SLM_TRY(stack_.init_caches(s.caches, o));
+  s.blocks.clear();
+  s.blocks.resize(stack_.layers.size());
+  for (std::size_t i = 0; i < stack_.layers.size(); ++i) {
+    const nanochat_block::layer& b = stack_.layers[i].block;
+    if (b.has_engram) SLM_TRY(b.engram.init_cache(s.blocks[i].engram, o));
   }
   return {};
 }
 
 SLM_INLINE void nanochat_model::truncate(sequence& s, std::size_t len) noexcept {
-  for (layer_state& L : s.layers) {
-    L.kv.n = std::min(L.kv.n, len);
-    if (L.mamba.initialized()) L.mamba.truncate(len);
-    if (L.engram.initialized()) L.engram.truncate(len);
+  for (std::size_t i = 0; i < s.caches.size(); ++i) {
+    s.caches[i].truncate(len);
+    if (s.blocks[i].engram.initialized()) s.blocks[i].engram.truncate(len);
   }
 }
 
@@ -988,59 +972,19 @@ SLM_INLINE status nanochat_model::run(sequence& s, std::size_t pos0, std::span<c
                                       float* logits, bool training_path, compute_context& cx) const {
   using detail::nanochat::rms_rows;
   const std::size_t T = ids.size(), C = cfg_.n_embd;
-  for (floats* f : {&s.x, &s.x0, &s.h, &s.y, &s.xa, &s.base, &s.eng}) SLM_TRY(f->resize(T * C));
-  float *x = s.x.data(), *x0 = s.x0.data(), *h = s.h.data(), *y = s.y.data(), *xa = s.xa.data(),
-        *base = s.base.data(), *eng = s.eng.data();
+  SLM_TRY(s.x.resize(T * C));
+  SLM_TRY(s.x0.resize(T * C));
+  float *x = s.x.data(), *x0 = s.x0.data();
   for (std::size_t t = 0; t < T; ++t)
     dequantize_row(wte_, static_cast<std::size_t>(ids[t]), std::span<float>(x + t * C, C));
   rms_rows(x, T, C, x);
   std::memcpy(x0, x, T * C * sizeof(float));
-  for (std::size_t i = 0; i < blocks_.size(); ++i) {
-    SLM_TRY(check_cancelled(cx.cancel));
-    const block& b = blocks_[i];
-    layer_state& L = s.layers[i];
-    for (std::size_t k = 0; k < T * C; ++k) x[k] = b.resid_lambda * x[k] + b.x0_lambda * x0[k];
-    rms_rows(x, T, C, h);
-    const auto in_layer = [i](status st) { return std::move(st).with_context(cat("layer ", i)); };
-    if (b.kind == mixer::mamba) {
-      if (status st = b.mamba.forward(h, T, y, L.mamba, s.ws, cx); !st.ok()) return in_layer(std::move(st));
-    } else {
-      if (status st = b.attn.forward(h, T, y, L.kv, training_path, s.ws, cx); !st.ok()) return in_layer(std::move(st));
-    }
-    for (std::size_t k = 0; k < T * C; ++k) xa[k] = x[k] + y[k];
-    rms_rows(xa, T, C, y);
-    SLM_TRY(b.mlp.forward(y, T, base, s.ws, cx));  // base = MLP(rms(x_attn)) ...
-    for (std::size_t k = 0; k < T * C; ++k) base[k] += xa[k];  // ... + x_attn
-    if (b.has_engram) {
-      if (status st = b.engram.forward(h, T, eng, L.engram, s.ws, cx); !st.ok()) return in_layer(std::move(st));
-      for (std::size_t k = 0; k < T * C; ++k) eng[k] += base[k];
-    }
-    if (b.has_mhc) {
-      const std::size_t N = b.branches(), row = N * C, n = pos0 + T;
-      const float* br[3] = {base, x, eng};
-      // The branch rows of this call join the history, then every branch is pooled
-      // over positions [0, pos0 + T).
-      if (L.mhc_hist.size() < n * row) SLM_TRY(L.mhc_hist.resize(std::max(n * row, 2 * L.mhc_hist.size())));
-      for (std::size_t t = 0; t < T; ++t)
-        for (std::size_t j = 0; j < N; ++j)
-          std::memcpy(L.mhc_hist.data() + (pos0 + t) * row + j * C, br[j] + t * C, C * sizeof(float));
-      SLM_TRY(s.pooled.resize(row));
-      float* pl = s.pooled.data();
-      for (std::size_t j = 0; j < N; ++j)
-        for (std::size_t c = 0; c < C; ++c) {
-          double sum = 0;
-          for (std::size_t p = 0; p < n; ++p) sum += L.mhc_hist[p * row + j * C + c];
-          pl[j * C + c] = static_cast<float>(sum / static_cast<double>(n));
-        }
-      float w[3];
-      SLM_TRY(b.mhc.weights_from_pooled(pl, N, w, s.ws, cx));
-      b.mhc.mix(std::span<const float* const>(br, N), T, w, x);
-    } else {
-      std::memcpy(x, b.has_engram ? eng : base, T * C * sizeof(float));
-    }
-  }
+  s.ws.uncached_forward = training_path;
+  nanochat_block::context bc{x0, pos0, s.blocks, &s.input, &s.normed, &s.eng, &s.pooled};
+  SLM_TRY(stack_.forward(x, T, C, s.caches, s.h, s.y, s.ws, cx, bc));
   if (rows == 0) return {};
   const std::size_t Vp = lm_head_.out(), V = cfg_.vocab_size;
+  float* h = s.h.data();  // the stack's scratch, [T, C]
   rms_rows(x + (T - rows) * C, rows, C, h);
   SLM_TRY(s.logit_rows.resize(rows * Vp));
   SLM_TRY(lm_head_.apply(h, rows, s.logit_rows.data(), cx));  // [rows, C] x [C, Vpad] -> [rows, Vpad]
@@ -1061,7 +1005,7 @@ SLM_INLINE status nanochat_model::session::forward(std::span<const std::int32_t>
 
 SLM_INLINE std::size_t nanochat_model::session::record_count() const noexcept {
   std::size_t n = 0;
-  for (const block& b : m_->blocks_) n += 1 + b.has_engram + b.has_mhc;
+  for (const auto& L : m_->stack_.layers) n += 1 + L.block.has_engram + L.block.has_mhc;
   return n;
 }
 
@@ -1072,34 +1016,32 @@ SLM_INLINE std::uint64_t nanochat_model::session::fingerprint(const sequence& s)
   for (std::size_t v : {c.vocab_size, c.n_layer, c.n_embd, c.n_head, c.n_kv_head, c.head_dim()})
     h.add(static_cast<std::uint64_t>(v));
   h.add(static_cast<std::uint64_t>(opt_.kv));
-  for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
-    const block& b = m_->blocks_[i];
-    const layer_state& L = s.layers[i];
-    h.add(static_cast<std::uint64_t>(b.kind));
+  for (std::size_t i = 0; i < m_->stack_.layers.size(); ++i) {
+    const nanochat_block::layer& b = m_->stack_.layers[i].block;
+    h.add(static_cast<std::uint64_t>(c.layer_kinds[i]));
     h.add(static_cast<std::uint64_t>(c.window_left[i]));
     h.add(static_cast<std::uint64_t>(b.has_engram));
     h.add(static_cast<std::uint64_t>(b.has_mhc ? b.branches() : 0));
-    if (b.kind == mixer::mamba) L.mamba.fingerprint(h);
-    else L.kv.fingerprint(h);
-    if (b.has_engram) L.engram.fingerprint(h);
+    s.caches[i].fingerprint(h);
+    if (b.has_engram) s.blocks[i].engram.fingerprint(h);
   }
   return h.value();
 }
 
+// Per layer: the mixer's record, then "engram" and "mhc" where the layer has them.
 SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const sequence& s) const {
   const std::size_t C = m_->cfg_.n_embd;
   auto record = [&w](const auto& cache) -> status {
     SLM_TRY(w.kind(cache.kind()));
     return cache.save(w);
   };
-  for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
-    const block& b = m_->blocks_[i];
-    const layer_state& L = s.layers[i];
-    status st = b.kind == mixer::mamba ? record(L.mamba) : record(L.kv);
-    if (st.ok() && b.has_engram) st = record(L.engram);
+  for (std::size_t i = 0; i < m_->stack_.layers.size(); ++i) {
+    const nanochat_block::layer& b = m_->stack_.layers[i].block;
+    status st = record(s.caches[i]);
+    if (st.ok() && b.has_engram) st = record(s.blocks[i].engram);
     if (st.ok() && b.has_mhc) {
       st = w.kind("mhc");
-      if (st.ok()) st = w.f32_rows(L.mhc_hist.data(), pos_, b.branches() * C);
+      if (st.ok()) st = w.f32_rows(s.blocks[i].mhc_hist.data(), pos_, b.branches() * C);
     }
     if (!st.ok()) return std::move(st).with_context(cat("session state: layer ", i));
   }
@@ -1115,22 +1057,20 @@ SLM_INLINE status nanochat_model::session::read_records(state_reader& r, sequenc
       return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
     return {};
   };
-  for (std::size_t i = 0; i < m_->blocks_.size(); ++i) {
-    const block& b = m_->blocks_[i];
-    layer_state& L = fresh.layers[i];
+  for (std::size_t i = 0; i < m_->stack_.layers.size(); ++i) {
+    const nanochat_block::layer& b = m_->stack_.layers[i].block;
+    nanochat_block::state& B = fresh.blocks[i];
     const std::string where = cat("layer ", i);
-    if (b.kind == mixer::mamba) SLM_TRY(cache_record(L.mamba, where));
-    else SLM_TRY(cache_record(L.kv, where));
-    if (b.has_engram) SLM_TRY(cache_record(L.engram, where + " (engram)"));
+    SLM_TRY(cache_record(fresh.caches[i], where));
+    if (b.has_engram) SLM_TRY(cache_record(B.engram, where + " (engram)"));
     if (b.has_mhc) {
       SLM_TRY(expect_record(r, "mhc", where + " (mHC)"));
-      if (auto st = r.f32_rows(L.mhc_hist, position, b.branches() * C, "mHC branch rows"); !st.ok())
+      if (auto st = r.f32_rows(B.mhc_hist, position, b.branches() * C, "mHC branch rows"); !st.ok())
         return std::move(st).with_context(where);
     }
   }
   return {};
 }
-
 
 SLM_INLINE status nanochat_model::forward_uncached(std::span<const std::int32_t> ids, float* logits,
                                                    compute_context& cx) const {
