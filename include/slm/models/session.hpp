@@ -35,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -51,6 +52,17 @@ inline status check_token_ids(const char* what, std::span<const std::int32_t> id
     if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
       return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
                         " is outside the vocabulary [0, ", vocab, ")");
+  return {};
+}
+
+// One cache's record in a saved session: its kind tag, its contents, and as many positions
+// as the header says (`where` names the layer in the messages).
+template <class Cache>
+status read_cache_record(state_reader& r, Cache& cache, const std::string& where, std::size_t position) {
+  SLM_TRY(expect_record(r, cache.kind(), where));
+  if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
+  if (cache.size() != position)
+    return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
   return {};
 }
 

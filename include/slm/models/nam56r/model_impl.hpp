@@ -477,16 +477,9 @@ template <class Mixer, class Ffn>
 SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::read_records(state_reader& r, state& fresh, std::size_t position) const {
   const basic_nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, V = m.cfg_.vocab_size;
-  auto cache_record = [&](auto& cache, const std::string& where) -> status {
-    SLM_TRY(expect_record(r, cache.kind(), where));
-    if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
-    if (cache.size() != position)
-      return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
-    return {};
-  };
   for (std::size_t i = 0; i < fresh.layers.size(); ++i) {
     const std::string where = cat("layer ", i, " (", to_string(m.cfg_.plan.layers[i].kind), ")");
-    if (m.stack_.layers[i].has_mixer) SLM_TRY(cache_record(fresh.layers[i], where));
+    if (m.stack_.layers[i].has_mixer) SLM_TRY(read_cache_record(r, fresh.layers[i], where, position));
     else SLM_TRY(expect_record(r, "none", where));
   }
   for (std::size_t k = 0; k < fresh.mtp.size(); ++k) {

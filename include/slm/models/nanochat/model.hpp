@@ -1050,19 +1050,12 @@ SLM_INLINE status nanochat_model::session::write_records(state_writer& w, const 
 
 SLM_INLINE status nanochat_model::session::read_records(state_reader& r, sequence& fresh, std::size_t position) const {
   const std::size_t C = m_->cfg_.n_embd;
-  auto cache_record = [&](auto& cache, const std::string& where) -> status {
-    SLM_TRY(expect_record(r, cache.kind(), where));
-    if (auto st = cache.load(r); !st.ok()) return std::move(st).with_context(where);
-    if (cache.size() != position)
-      return make_error(errc::format_error, where, " holds ", cache.size(), " positions, the header says ", position);
-    return {};
-  };
   for (std::size_t i = 0; i < m_->stack_.layers.size(); ++i) {
     const nanochat_block::layer& b = m_->stack_.layers[i].block;
     nanochat_block::state& B = fresh.blocks[i];
     const std::string where = cat("layer ", i);
-    SLM_TRY(cache_record(fresh.caches[i], where));
-    if (b.has_engram) SLM_TRY(cache_record(B.engram, where + " (engram)"));
+    SLM_TRY(read_cache_record(r, fresh.caches[i], where, position));
+    if (b.has_engram) SLM_TRY(read_cache_record(r, B.engram, where + " (engram)", position));
     if (b.has_mhc) {
       SLM_TRY(expect_record(r, "mhc", where + " (mHC)"));
       if (auto st = r.f32_rows(B.mhc_hist, position, b.branches() * C, "mHC branch rows"); !st.ok())
