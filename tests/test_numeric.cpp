@@ -535,6 +535,28 @@ TEST(Numeric, SpecE2m1Thresholds) {
   EXPECT_EQ(slm::f32_to_e2m1(-NAN), 0x7);
 }
 
+// The quantizers' branchless magnitude code is f32_to_e2m1 on every non-negative,
+// non-NaN float: 8192 bit patterns around each threshold and each end, a sweep of every
+// 251st pattern up to +inf, and with SLM_NUMERIC_EXHAUSTIVE every pattern.
+TEST(Numeric, E2m1MagnitudeCodeIsTheEncoders) {
+  std::size_t checked = 0, wrong = 0;
+  auto check = [&](std::uint32_t b) {
+    const float t = f32_from_bits(b);
+    ++checked;
+    if (slm::e2m1_magnitude_code(t) != slm::f32_to_e2m1(t)) {
+      if (++wrong <= 5) ADD_FAILURE() << "t = " << t << " (bits " << b << ")";
+    }
+  };
+  constexpr std::uint32_t inf = 0x7F80'0000u;
+  for (float v : {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, INFINITY}) {
+    const std::uint32_t c = f32_bits(v);
+    for (std::uint32_t b = c > 4096 ? c - 4096 : 0; b <= std::min(c + 4096, inf); ++b) check(b);
+  }
+  const bool all = std::getenv("SLM_NUMERIC_EXHAUSTIVE") != nullptr;
+  for (std::uint64_t b = 0; b <= inf; b += all ? 1 : 251) check(static_cast<std::uint32_t>(b));
+  EXPECT_EQ(wrong, 0u) << "of " << checked;
+}
+
 TEST(Numeric, SpecE4m3HandyCodes) {
   // Spec 2.1.
   struct row { std::uint8_t code; float value; };

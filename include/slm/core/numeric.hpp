@@ -278,6 +278,16 @@ constexpr std::uint8_t f32_to_e2m1(float x) noexcept {
   return static_cast<std::uint8_t>(sign | (code > max_finite ? max_finite : code));
 }
 
+// The magnitude code (0..7) that f32_to_e2m1 gives a non-negative t that is not NaN, from
+// the thresholds above, without branches: a quantizer's loop over a block of such t
+// vectorizes (formats/quantize.hpp). tests/test_numeric.cpp checks it against
+// f32_to_e2m1 around every threshold, on a sweep of bit patterns, and on all of them
+// when SLM_NUMERIC_EXHAUSTIVE is set.
+constexpr std::uint8_t e2m1_magnitude_code(float t) noexcept {
+  return static_cast<std::uint8_t>((t > 0.25f) + (t >= 0.75f) + (t > 1.25f) + (t >= 1.75f) + (t > 2.5f) +
+                                   (t >= 3.5f) + (t > 5.0f));
+}
+
 // Two E2M1 codes per byte (spec 1.4): element 2i in the low nibble, 2i+1 in the high.
 constexpr std::uint8_t fp4_pack(std::uint8_t lo, std::uint8_t hi) noexcept {
   return static_cast<std::uint8_t>((lo & 0x0Fu) | ((hi & 0x0Fu) << 4));

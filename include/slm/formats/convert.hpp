@@ -157,6 +157,38 @@ SLM_INLINE void row_to_f32(const tensor_view& v, std::size_t r, std::span<float>
 }
 #endif  // SLM_DEFINE_KERNELS
 
+// sum (back_i - x_i)^2 over a row, in double; adds sum x_i^2 to ref_sq and raises max_err
+// to max |back_i - x_i|. Eight independent partial sums (lane l takes every i = l mod 8),
+// added in lane order, so the loop runs at throughput rather than at the latency of one
+// chain of additions; the result depends on k alone, not on the thread count.
+inline double row_error_sums(const float* x, const float* back, std::size_t k, double& ref_sq,
+                             double& max_err) noexcept {
+  constexpr std::size_t L = 8;
+  double e2[L] = {}, r2[L] = {}, em[L] = {};
+  std::size_t i = 0;
+  for (; i + L <= k; i += L)
+    for (std::size_t l = 0; l < L; ++l) {
+      const double e = static_cast<double>(back[i + l]) - x[i + l];
+      e2[l] += e * e;
+      r2[l] += static_cast<double>(x[i + l]) * x[i + l];
+      em[l] = std::max(em[l], std::fabs(e));
+    }
+  for (std::size_t l = 0; i < k; ++i, ++l) {
+    const double e = static_cast<double>(back[i]) - x[i];
+    e2[l] += e * e;
+    r2[l] += static_cast<double>(x[i]) * x[i];
+    em[l] = std::max(em[l], std::fabs(e));
+  }
+  double se = 0, sr = 0;
+  for (std::size_t l = 0; l < L; ++l) {
+    se += e2[l];
+    sr += r2[l];
+    max_err = std::max(max_err, em[l]);
+  }
+  ref_sq += sr;
+  return se;
+}
+
 struct converted {
   std::vector<std::byte> data, scales;
   float global = 0;
@@ -180,10 +212,18 @@ SLM_INLINE status quantize_tensor(const tensor_view& v, const convert_options& o
   SLM_TRY(parallel_for_chunks(ex, chunks, [&](std::size_t c) {
     const auto range = partition(0, n, chunks).chunk(c);
     std::vector<float> row(k);
+    // max |x| on bits (for non-negative floats the bit patterns sort like the values),
+    // so the loop vectorizes; infinities count (the check below refuses them), NaNs are
+    // skipped here and refused by the row check of pass 2, as std::max would skip them.
+    std::int32_t a = 0;  // signed: |x| bits fit, and SSE2 has a signed compare
     for (std::size_t r = range.begin; r < range.end; ++r) {
       row_to_f32(v, r, row);
-      for (float x : row) chunk_amax[c] = std::max(chunk_amax[c], std::fabs(x));
+      for (float x : row) {
+        const auto b = static_cast<std::int32_t>(f32_bits(x) & f32_abs_mask);
+        a = std::max(a, b > static_cast<std::int32_t>(f32_inf_bits) ? 0 : b);
+      }
     }
+    chunk_amax[c] = f32_from_bits(static_cast<std::uint32_t>(a));
   }, opt.cancel));
   float amax = 0;
   for (float a : chunk_amax) amax = std::max(amax, a);
@@ -209,6 +249,7 @@ SLM_INLINE status quantize_tensor(const tensor_view& v, const convert_options& o
   SLM_TRY(parallel_for_chunks(ex, chunks, [&](std::size_t c) {
     const auto range = partition(0, n, chunks).chunk(c);
     std::vector<float> row(k), back(k);
+    double e2 = 0, r2 = 0, emax = 0;  // this chunk's sums, in row order (locals: kept in registers)
     for (std::size_t r = range.begin; r < range.end && chunk_status[c].ok(); ++r) {
       row_to_f32(v, r, row);
       auto codes = std::span(reinterpret_cast<std::uint8_t*>(out.data.data()) + r * q.row_stride, q.row_stride);
@@ -219,13 +260,11 @@ SLM_INLINE status quantize_tensor(const tensor_view& v, const convert_options& o
         default: chunk_status[c] = quantize_fp8_row(row, out.global, codes); break;
       }
       dequantize_row(q, r, back);
-      for (std::size_t i = 0; i < k; ++i) {
-        const double e = static_cast<double>(back[i]) - row[i];
-        err_sq[c] += e * e;
-        ref_sq[c] += static_cast<double>(row[i]) * row[i];
-        max_err[c] = std::max(max_err[c], std::fabs(e));
-      }
+      e2 += row_error_sums(row.data(), back.data(), k, r2, emax);
     }
+    err_sq[c] = e2;
+    ref_sq[c] = r2;
+    max_err[c] = emax;
   }, opt.cancel));
   for (std::size_t c = 0; c < chunks; ++c) {
     SLM_TRY(chunk_status[c]);

@@ -87,14 +87,28 @@ inline abs_max_scan scan_abs_max(const float* x, std::size_t n, std::size_t base
   return s;
 }
 
-// Block amax of finite values (NaN-free by the callers' checks).
+// Block amax of finite values (the callers' checks refuse NaN and inf first), on bits
+// and without branches, so it vectorizes.
 inline float block_abs_max(const float* x, std::size_t n) noexcept {
-  return f32_from_bits(scan_abs_max(x, n, 0).bits);
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, f32_bits(x[i]) & f32_abs_mask);
+  return f32_from_bits(m);
 }
 
-// E2M1 code of t, sign from `negative` (the NVFP4 producers' rule, see above).
-inline std::uint8_t e2m1_signed(float t, bool negative) noexcept {
-  return static_cast<std::uint8_t>(f32_to_e2m1(abs_of(t)) | (negative ? 0x8u : 0x0u));
+// The E2M1 codes of a block of N finite values x_i / d (d > 0 and finite), packed two per
+// byte (element 2j in the low nibble). The sign is the NVFP4 producers' rule, x_i < 0
+// (-0.0 gives code 0), or with SignBit the sign bit of x_i / d, as f32_to_e2m1 takes it
+// (-0.0 gives 0x8; MXFP4). The magnitude |x_i| / d is |x_i / d| exactly (IEEE division is
+// sign-symmetric) and e2m1_magnitude_code is f32_to_e2m1 on it, so every code is the one
+// f32_to_e2m1 gives; the loop is written so that it vectorizes.
+template <std::size_t N, bool SignBit = false>
+inline void e2m1_block(const float* x, float d, std::uint8_t* codes) noexcept {
+  std::uint8_t c[N];
+  for (std::size_t i = 0; i < N; ++i) {
+    const std::uint32_t sign = SignBit ? (f32_bits(x[i]) >> 28) & 0x8u : (x[i] < 0.0f ? 0x8u : 0x0u);
+    c[i] = static_cast<std::uint8_t>(e2m1_magnitude_code(abs_of(x[i]) / d) | sign);
+  }
+  for (std::size_t j = 0; j < N / 2; ++j) codes[j] = fp4_pack(c[2 * j], c[2 * j + 1]);
 }
 
 // Checks shared by the tensor functions: N x K matches the input, K fits the block, and
@@ -126,6 +140,11 @@ status check_row(std::string_view what, std::span<const float> row, std::size_t 
 #if SLM_DEFINE_KERNELS
 SLM_INLINE status check_row(std::string_view what, std::span<const float> row, std::size_t block) {
   SLM_TRY(check_tensor(what, row.size(), 1, row.size(), block));
+  // The common case first, without branches (it vectorizes): every |x| below inf. NaN
+  // bit patterns sort above inf's.
+  std::int32_t m = 0;
+  for (float x : row) m = std::max(m, static_cast<std::int32_t>(f32_bits(x) & f32_abs_mask));
+  if (m < static_cast<std::int32_t>(f32_inf_bits)) return {};
   const abs_max_scan s = scan_abs_max(row.data(), row.size(), 0);
   if (s.first_bad != no_index)
     return make_error(errc::invalid_argument, what, ": element ", s.first_bad, " is ", row[s.first_bad],
@@ -234,11 +253,8 @@ SLM_INLINE bool nvfp4_row_modelopt(const float* x, std::size_t K, float g, std::
     const float denom = e4m3_to_f32(sc) * g;
     const bool usable = denom > 0.0f && std::isfinite(denom);
     if (!usable && amax_b != 0.0f) ok = false;
-    for (std::size_t i = 0; i < 16; i += 2) {
-      const std::uint8_t lo = usable ? e2m1_signed(xb[i] / denom, xb[i] < 0.0f) : 0;
-      const std::uint8_t hi = usable ? e2m1_signed(xb[i + 1] / denom, xb[i + 1] < 0.0f) : 0;
-      codes[8 * b + i / 2] = fp4_pack(lo, hi);  // step 4: element 2j low nibble
-    }
+    if (usable) e2m1_block<16>(xb, denom, codes + 8 * b);  // step 4: element 2j low nibble
+    else std::fill(codes + 8 * b, codes + 8 * b + 8, std::uint8_t{0});
   }
   return ok;
 }
@@ -364,11 +380,8 @@ SLM_INLINE bool nvfp4_row_compressed_tensors(const float* x, std::size_t K, floa
     const float d = e4m3_to_f32(sc) / g;
     const bool usable = d > 0.0f && std::isfinite(d);
     if (!usable && amax_b != 0.0f) ok = false;
-    for (std::size_t i = 0; i < 16; i += 2) {
-      const std::uint8_t lo = usable ? e2m1_signed(xb[i] / d, xb[i] < 0.0f) : 0;
-      const std::uint8_t hi = usable ? e2m1_signed(xb[i + 1] / d, xb[i + 1] < 0.0f) : 0;
-      codes[8 * b + i / 2] = fp4_pack(lo, hi);
-    }
+    if (usable) e2m1_block<16>(xb, d, codes + 8 * b);
+    else std::fill(codes + 8 * b, codes + 8 * b + 8, std::uint8_t{0});
   }
   return ok;
 }
@@ -520,8 +533,7 @@ SLM_INLINE void mxfp4_row(const float* x, std::size_t K, mxfp4_scale_rule rule, 
     // x / X is exact scaling by a power of two (X is built from bits, so 2^-127 stays a
     // denormal rather than a flushed zero); the same bits as Triton's x * (1 / X).
     const float X = e8m0_to_f32(sc);
-    for (std::size_t i = 0; i < 32; i += 2)
-      codes[16 * b + i / 2] = fp4_pack(f32_to_e2m1(xb[i] / X), f32_to_e2m1(xb[i + 1] / X));
+    e2m1_block<32, true>(xb, X, codes + 16 * b);  // f32_to_e2m1(xb[i] / X), two per byte
   }
 }
 #endif  // SLM_DEFINE_KERNELS
