@@ -83,6 +83,7 @@
 #include "slm/models/nam56r/text.hpp"
 #include "slm/generate/sampling.hpp"
 #include "slm/text/stop_strings.hpp"
+#include "slm/text/token_ids.hpp"
 #include "slm/generate/generator.hpp"
 #include "slm/generate/scoring.hpp"
 #include "slm/generate/throughput.hpp"
