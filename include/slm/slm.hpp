@@ -90,6 +90,7 @@
 #include "slm/models/any_model.hpp"
 #include "slm/models/load.hpp"
 #include "slm/models/sequence_logits.hpp"
+#include "slm/models/inspect.hpp"
 #include "slm/generate/generator_instances.hpp"
 #include "slm/ensemble/ensemble.hpp"
 #include "slm/ensemble/heldout.hpp"
