@@ -418,7 +418,8 @@ TEST(Inspect, ModelFileAndTokenizerAsLines) {
   EXPECT_EQ(l[5], "  BF16         30 tensors         500608 elements   977.75 KiB");
   EXPECT_EQ(l[6], "");
   EXPECT_EQ(l[7].rfind("tensor ", 0), 0u) << l[7];
-  EXPECT_EQ(l[8], "lm_head.weight                                           BF16     [320, 128]                    81920");
+  EXPECT_EQ(l[8],
+            "lm_head.weight                                           BF16     [320, 128]                    81920");
   auto summary = slm::inspect_model(llama, false);
   ASSERT_TRUE(summary.ok());
   EXPECT_EQ(*summary, std::vector<std::string>(l.begin(), l.begin() + 6));

@@ -608,7 +608,8 @@ TEST(Sampler, SettingsByName) {
       {"logit-bias", "5=x", "logit-bias needs ID=BIAS"},
   };
   for (const auto& x : bad)
-    EXPECT_TRUE(fails_with(slm::set_sampling_option(c, x.name, x.value), errc::invalid_argument, {x.message})) << x.name;
+    EXPECT_TRUE(fails_with(slm::set_sampling_option(c, x.name, x.value), errc::invalid_argument, {x.message}))
+        << x.name;
   EXPECT_EQ(c.top_k, before.top_k);
   EXPECT_EQ(c.penalty_last_n, before.penalty_last_n);
   EXPECT_EQ(c.seed, before.seed);

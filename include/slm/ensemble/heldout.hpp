@@ -124,9 +124,9 @@ SLM_INLINE void route_accuracy::add(std::string_view label, bool right) {
   for (tally* t : {&*it, &all}) t->right += right, t->total += 1;
 }
 
-SLM_INLINE result<route_accuracy> route_files(const ensemble& e, std::span<const labeled_file> files, bool content_only,
-                                              compute_context& cx,
-                                              const std::function<void(const labeled_file&, const route_decision&)>& on_file) {
+SLM_INLINE result<route_accuracy> route_files(
+    const ensemble& e, std::span<const labeled_file> files, bool content_only, compute_context& cx,
+    const std::function<void(const labeled_file&, const route_decision&)>& on_file) {
   route_accuracy acc;
   for (const labeled_file& f : files) {
     auto text = read_text_file(f.path, std::size_t{64} << 20);

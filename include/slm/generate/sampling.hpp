@@ -196,7 +196,8 @@ SLM_INLINE status set_sampling_option(sampler_config& c, std::string_view name, 
     (name == "top-k" ? c.top_k : c.penalty_last_n) = v;
   } else if (name == "seed") {
     std::uint64_t v = 0;
-    if (!whole(begin, end, v)) return make_error(errc::invalid_argument, "seed needs a non-negative integer, got '", value, "'");
+    if (!whole(begin, end, v))
+      return make_error(errc::invalid_argument, "seed needs a non-negative integer, got '", value, "'");
     c.seed = v;
   } else if (name == "logit-bias") {
     const std::size_t eq = value.find('=');

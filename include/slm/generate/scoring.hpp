@@ -251,8 +251,8 @@ SLM_INLINE json::value to_json(const score_tally& t, std::string_view name) {
 SLM_INLINE std::string to_string(const score_tally& t) {
   char buf[256];
   std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%",
-                t.tokens, static_cast<unsigned long long>(t.bytes), t.nll_per_token(), t.perplexity(), t.bits_per_byte(),
-                100.0 * t.top1_rate());
+                t.tokens, static_cast<unsigned long long>(t.bytes), t.nll_per_token(), t.perplexity(),
+                t.bits_per_byte(), 100.0 * t.top1_rate());
   return buf;
 }
 

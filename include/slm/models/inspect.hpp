@@ -48,7 +48,9 @@ namespace detail::inspect {
 
 // printf's %-Ns and %Ns: s padded with spaces to `width` on the right (left-aligned) or on
 // the left; never cut.
-inline std::string left(std::string s, std::size_t width) { return s.size() < width ? s.append(width - s.size(), ' ') : s; }
+inline std::string left(std::string s, std::size_t width) {
+  return s.size() < width ? s.append(width - s.size(), ' ') : s;
+}
 inline std::string right(std::string s, std::size_t width) {
   return s.size() < width ? s.insert(0, width - s.size(), ' ') : s;
 }
@@ -56,7 +58,8 @@ inline std::string right(std::string s, std::size_t width) {
 // The tensors by dtype (weight_totals), then (list_tensors) a header and one line per tensor.
 inline void tensors(std::vector<std::string>& out, const weight_totals& w, bool list_tensors,
                     std::span<const safetensors::tensor_info* const> list) {
-  out.push_back(cat("weights   ", w.all.tensors, " tensors, ", w.all.elements, " elements, ", human_bytes(w.all.bytes)));
+  out.push_back(
+      cat("weights   ", w.all.tensors, " tensors, ", w.all.elements, " elements, ", human_bytes(w.all.bytes)));
   for (const auto& [name, x] : w.by_dtype)
     out.push_back(cat("  ", left(std::string(name), 8), " ", right(std::to_string(x.tensors), 6), " tensors ",
                       right(std::to_string(x.elements), 14), " elements ", right(human_bytes(x.bytes), 12)));
@@ -94,7 +97,8 @@ inline void layer_table(std::vector<std::string>& out, const std::vector<nam56r_
   const auto row = [&](std::string index, std::string kind, std::string params, std::string bytes, std::string formats,
                        std::string active) {
     out.push_back(cat(left(std::move(index), 6), " ", left(std::move(kind), 12), " ", right(std::move(params), 14), " ",
-                      right(std::move(bytes), 12), " ", left(std::move(formats), 14), " ", right(std::move(active), 14)));
+                      right(std::move(bytes), 12), " ", left(std::move(formats), 14), " ",
+                      right(std::move(active), 14)));
   };
   out.push_back("");
   row("layer", "kind", "params", "bytes", "formats", "active/token");
@@ -154,7 +158,8 @@ SLM_INLINE result<std::vector<std::string>> inspect_model(const std::filesystem:
   in::config(out, ck->config());
   out.push_back(cat("files     ", ck->shards().size(), " safetensors file", ck->shards().size() == 1 ? "" : "s",
                     ck->generation_config() ? ", generation_config.json" : "",
-                    ck->hf_quant_config() ? ", hf_quant_config.json" : "", ck->has_tokenizer() ? ", tokenizer.json" : ""));
+                    ck->hf_quant_config() ? ", hf_quant_config.json" : "",
+                    ck->has_tokenizer() ? ", tokenizer.json" : ""));
   if (ck->has_tokenizer()) {
     auto tok = tokenizer::load_dir(path);
     if (!tok.ok()) return std::move(tok).take_error();
