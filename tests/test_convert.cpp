@@ -101,14 +101,31 @@ TEST(Convert, Nvfp4MatchesTheQuantizerAndKeepsTheRest) {
   ASSERT_TRUE(emb.ok());
   EXPECT_EQ(emb->type(), dtype::bf16);
   EXPECT_EQ(0, std::memcmp(emb->data(), src.embed.data(), src.embed.size() * 2));
+  std::size_t quantized = 0;
+  double worst = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
   for (const auto& r : *reports) {
+    bytes_in += r.bytes_in, bytes_out += r.bytes_out;
     if (r.action == "nvfp4") {
       EXPECT_GT(r.rel_rms_error, 0.0);
       EXPECT_LT(r.rel_rms_error, 0.2) << r.name;  // 4-bit: about 0.1 on Gaussian weights
+      EXPECT_FALSE(r.kept());
+      ++quantized, worst = std::max(worst, r.rel_rms_error);
     } else {
       EXPECT_EQ(r.action.rfind("kept", 0), 0u) << r.name << ": " << r.action;
+      EXPECT_TRUE(r.kept()) << r.name;
     }
   }
+  // The totals `slm quantize` prints.
+  const slm::convert_totals t = slm::convert_totals::of(*reports);
+  EXPECT_EQ(t.tensors, 6u);
+  EXPECT_EQ(t.converted, quantized);
+  EXPECT_GT(t.converted, 0u);
+  EXPECT_LT(t.converted, 6u);
+  EXPECT_EQ(t.worst_rel_rms_error, worst);
+  EXPECT_EQ(t.bytes_in, bytes_in);
+  EXPECT_EQ(t.bytes_out, bytes_out);
+  EXPECT_LT(t.bytes_out, t.bytes_in);
 }
 
 TEST(Convert, OtherFormats) {

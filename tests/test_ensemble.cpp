@@ -790,6 +790,33 @@ TEST(EnsembleHeldout, RouteAccuracyTallies) {
   EXPECT_EQ(slm::ensemble::route_accuracy{}.all.rate(), 0.0);
 }
 
+// route_files: the shipped classifier routes every held-out file to its domain (60/60, as
+// `slm ensemble route --data` reports); a file without a label is routed, not counted; a
+// file that cannot be read is an error naming it.
+TEST(EnsembleHeldout, RouteFilesTalliesByLabel) {
+  REQUIRE_MODELS();
+  f32_context c;
+  const ensemble& e = shipped();
+  std::vector<labeled_file> files = labeled_files(heldout_dir);
+  files.push_back({"", files.front().path});
+  std::size_t routed = 0;
+  auto acc = route_files(e, files, true, c.cx, [&](const labeled_file& f, const route_decision& d) {
+    ++routed;
+    if (!f.label.empty()) {
+      EXPECT_EQ(e.config().members[d.best()].domain, f.label) << f.path << ": " << d.reason;
+    }
+  });
+  ASSERT_TRUE(acc.ok()) << acc.message();
+  EXPECT_EQ(routed, 61u);
+  EXPECT_EQ(acc->all.right, 60u);
+  EXPECT_EQ(acc->all.total, 60u);
+  ASSERT_EQ(acc->labels.size(), 3u);
+  EXPECT_EQ(acc->labels[0].label, "cmake");
+  EXPECT_EQ(acc->labels[0].total, 20u);
+  const std::vector<labeled_file> missing = {{"cpp", heldout_dir / "cpp" / "no-such.cpp"}};
+  EXPECT_TRUE(fails_with(route_files(e, missing, false, c.cx), errc::not_found, {"no-such.cpp"}));
+}
+
 // calibrate: each member's temperature fitted on the same held-out rows a caller would
 // build (the first member's checked by hand), then mixture weights over all of them (the
 // shipped members share a tokenizer).

@@ -321,6 +321,15 @@ TEST(EnsembleRegistry, BytesFromFilesAndInspect) {
   EXPECT_NE(all.find("8 x 7e9 x 4.5/8 = 31.50 GB"), std::string::npos) << all;
   EXPECT_EQ(reg->stats().loads, 0u);
 
+  // inspect_ensemble: the same lines under the config's router and strategy.
+  auto shipped = inspect_ensemble(models / "ensemble.json");
+  ASSERT_TRUE(shipped.ok()) << shipped.error().message();
+  ASSERT_GT(shipped->size(), 1u);
+  EXPECT_EQ((*shipped)[0].rfind(slm::cat("ensemble  ", (models / "ensemble.json").string(), ": router "), 0), 0u)
+      << (*shipped)[0];
+  EXPECT_NE((*shipped)[0].find(", strategy "), std::string::npos) << (*shipped)[0];
+  EXPECT_TRUE(fails_with(inspect_ensemble(models / "no-such.json"), errc::not_found, {"no-such.json"}));
+
   auto small = registry::create(demo_members(), z.two_budget());
   ASSERT_TRUE(small.ok());
   std::string s2;

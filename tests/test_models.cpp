@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "slm/models/hf/model.hpp"
+#include "slm/models/inspect.hpp"
 #include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
@@ -399,5 +400,53 @@ INSTANTIATE_TEST_SUITE_P(Golden, Models,
                            const std::string p = info.param;
                            return p.substr(p.find_last_of('/') + 1);
                          });
+
+// inspect_model (what `slm inspect` prints): a model directory's architecture, config,
+// files, totals per dtype and one line per tensor (or not); the NAM56R layer table; one
+// .safetensors file; a tokenizer-only directory; a missing path is the checkpoint's error.
+TEST(Inspect, ModelFileAndTokenizerAsLines) {
+  const auto llama = slm_test::test_data("golden/hf/llama");
+  auto lines = slm::inspect_model(llama);
+  ASSERT_TRUE(lines.ok()) << lines.error().message();
+  const std::vector<std::string>& l = *lines;
+  ASSERT_EQ(l.size(), 38u);  // 6 summary lines, a blank one, a header, 30 tensors
+  EXPECT_EQ(l[0], "model     " + llama.string());
+  EXPECT_EQ(l[1], "type      llama (LlamaForCausalLM)");
+  EXPECT_EQ(l[2].rfind("config    vocab_size=320 hidden_size=128 ", 0), 0u) << l[2];
+  EXPECT_EQ(l[3], "files     1 safetensors file, generation_config.json");
+  EXPECT_EQ(l[4], "weights   30 tensors, 500608 elements, 977.75 KiB");
+  EXPECT_EQ(l[5], "  BF16         30 tensors         500608 elements   977.75 KiB");
+  EXPECT_EQ(l[6], "");
+  EXPECT_EQ(l[7].rfind("tensor ", 0), 0u) << l[7];
+  EXPECT_EQ(l[8],
+            "lm_head.weight                                           BF16     [320, 128]                    81920");
+  auto summary = slm::inspect_model(llama, false);
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(*summary, std::vector<std::string>(l.begin(), l.begin() + 6));
+
+  auto file = slm::inspect_model(llama / "model.safetensors", false);
+  ASSERT_TRUE(file.ok()) << file.error().message();
+  EXPECT_EQ(*file, (std::vector<std::string>{"file      " + (llama / "model.safetensors").string(),
+                                             "metadata  format = pt", l[4], l[5]}));
+
+  auto nam = slm::inspect_model(slm_test::test_data("nam56r/tiny"), false);
+  ASSERT_TRUE(nam.ok()) << nam.error().message();
+  const auto row = [&](std::string_view start) {
+    return std::find_if(nam->begin(), nam->end(), [&](const std::string& x) { return x.rfind(start, 0) == 0; });
+  };
+  ASSERT_NE(row("layer  kind "), nam->end());
+  EXPECT_EQ(*row("2      mamba3 "), "2      mamba3                 9760    19.06 KiB bf16                     9760");
+  EXPECT_EQ(*row("total "), "total                        95252   186.16 KiB                         79548");
+  EXPECT_EQ(*(row("total ") + 1), "");
+
+  auto tok = slm::inspect_model(slm_test::test_data("tokenizers/nam56r_cpp"));
+  ASSERT_TRUE(tok.ok()) << tok.error().message();
+  ASSERT_EQ(tok->size(), 2u);
+  EXPECT_EQ((*tok)[1].rfind("          BPE, 4300 tokens", 0), 0u) << (*tok)[1];
+
+  EXPECT_FALSE(slm::inspect_model(slm_test::test_data("no-such-model")).ok());
+  EXPECT_EQ(slm::human_bytes(512), "512 B");
+  EXPECT_EQ(slm::human_bytes(std::uint64_t{17} << 19), "8.50 MiB");
+}
 
 }  // namespace

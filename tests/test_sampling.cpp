@@ -561,6 +561,62 @@ TEST(Sampler, ValidateRejectsBadConfigs) {
   EXPECT_TRUE(slm::validate(ok, 10).ok());
 }
 
+// The settings by their command-line names (set_sampling_option): each sets its field,
+// integers only as integers, logit-bias appends; a malformed value is refused by name and
+// leaves the configuration as it was.
+TEST(Sampler, SettingsByName) {
+  using slm_test::fails_with;
+  using slm::errc;
+  slm::sampler_config c;
+  const std::pair<const char*, const char*> settings[] = {
+      {"temp", "0.7"}, {"top-k", "40"}, {"top-p", "0.95"}, {"min-p", "0.05"}, {"repeat-penalty", "1.1"},
+      {"frequency-penalty", "0.5"}, {"presence-penalty", "-0.25"}, {"repeat-last-n", "-1"},
+      {"seed", "18446744073709551615"}, {"logit-bias", "42=-inf"}, {"logit-bias", "7=1.5"}};
+  for (const auto& [name, value] : settings)
+    ASSERT_TRUE(slm::set_sampling_option(c, name, value).ok()) << name << " " << value;
+  EXPECT_EQ(c.temperature, 0.7f);
+  EXPECT_EQ(c.top_k, 40);
+  EXPECT_EQ(c.top_p, 0.95f);
+  EXPECT_EQ(c.min_p, 0.05f);
+  EXPECT_EQ(c.repetition_penalty, 1.1f);
+  EXPECT_EQ(c.frequency_penalty, 0.5f);
+  EXPECT_EQ(c.presence_penalty, -0.25f);
+  EXPECT_EQ(c.penalty_last_n, -1);
+  EXPECT_EQ(c.seed, 18446744073709551615ull);
+  ASSERT_EQ(c.logit_bias.size(), 2u);
+  EXPECT_EQ(c.logit_bias[0].first, 42);
+  EXPECT_EQ(c.logit_bias[0].second, -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(c.logit_bias[1], (std::pair<std::int32_t, float>{7, 1.5f}));
+  EXPECT_EQ(std::size(slm::sampling_option_names), 10u);
+  for (std::string_view name : slm::sampling_option_names)  // every listed name is a setting
+    EXPECT_NE(slm::set_sampling_option(c, name, "x").code(), errc::not_found) << name;
+  const slm::sampler_config before = c;
+  const struct {
+    const char *name, *value, *message;
+  } bad[] = {
+      {"temp", "hot", "temp needs a number, got 'hot'"},
+      {"top-p", "", "top-p needs a number, got ''"},
+      {"min-p", "0.1x", "min-p needs a number"},
+      {"top-k", "1e10", "top-k needs an integer from 0 to 2147483647, got '1e10'"},
+      {"top-k", "nan", "top-k needs an integer from 0"},
+      {"top-k", "-1", "top-k needs an integer from 0"},
+      {"repeat-last-n", "-2", "repeat-last-n needs an integer from -1"},
+      {"repeat-last-n", "99999999999", "repeat-last-n needs an integer from -1"},
+      {"seed", "-1", "seed needs a non-negative integer, got '-1'"},
+      {"logit-bias", "5", "logit-bias needs ID=BIAS (e.g. 42=-inf), got '5'"},
+      {"logit-bias", "-5=1", "logit-bias needs ID=BIAS"},
+      {"logit-bias", "5=x", "logit-bias needs ID=BIAS"},
+  };
+  for (const auto& x : bad)
+    EXPECT_TRUE(fails_with(slm::set_sampling_option(c, x.name, x.value), errc::invalid_argument, {x.message}))
+        << x.name;
+  EXPECT_EQ(c.top_k, before.top_k);
+  EXPECT_EQ(c.penalty_last_n, before.penalty_last_n);
+  EXPECT_EQ(c.seed, before.seed);
+  EXPECT_EQ(c.logit_bias.size(), before.logit_bias.size());
+  EXPECT_TRUE(fails_with(slm::set_sampling_option(c, "temperature", "1"), errc::not_found, {"'temperature'"}));
+}
+
 // ---- the generator: reproducible streams ------------------------------------------------
 
 TEST(Rng, KnownValuesOfXoshiro256StarStarThroughSplitmix64) {

@@ -56,6 +56,11 @@ TEST(Scoring, TallyFigures) {
   EXPECT_EQ(u.tokens, 8u);
   EXPECT_EQ(u.bytes, 20u);
   EXPECT_EQ(slm::score_tally{}.bits_per_byte(), 0.0);  // nothing scored: zeros, not NaN
+  // The one-line form `slm perplexity` prints (README pins its format).
+  EXPECT_EQ(slm::to_string(t),
+            "tokens 4  bytes 10  nll 2.079442 nats/token  ppl 8.0000  bits/byte 1.200000  top1 25.00%");
+  EXPECT_EQ(slm::to_string(slm::score_tally{}),
+            "tokens 0  bytes 0  nll 0.000000 nats/token  ppl 1.0000  bits/byte 0.000000  top1 0.00%");
 }
 
 // Every target 1..n-1 is scored exactly once, by a window of at most ctx tokens that gives

@@ -20,6 +20,7 @@
 #include "slm/io/json.hpp"
 #include "slm/io/mapped_file.hpp"
 #include "slm/text/text_ops.hpp"
+#include "slm/text/token_ids.hpp"
 #include "slm/text/tokenizer.hpp"
 #include "test_helpers.hpp"
 
@@ -715,6 +716,49 @@ TEST(Detokenizer, HoldsBackOnlySequencesThatCanComplete) {
   EXPECT_EQ(detokenizer::incomplete_tail("\xE0\x80"), 0u);  // overlong
   EXPECT_EQ(detokenizer::incomplete_tail("\xFF"), 0u);
   EXPECT_EQ(detokenizer::incomplete_tail("\x80\x80"), 0u);
+}
+
+// Token ids as text (slm/text/token_ids.hpp): commas, whitespace or both between items; an
+// empty item, a malformed or negative one is an error naming the item and its index.
+TEST(TokenIds, ParseCheckAndFormat) {
+  using ids = std::vector<std::int32_t>;
+  for (const char* text : {"5,17,3", "5 17 3", "5, 17 ,3", " 5\t17\n3\n", "5 \n 17,\t3"}) {
+    auto r = slm::parse_token_ids(text);
+    ASSERT_TRUE(r.ok()) << text << ": " << r.error().message();
+    EXPECT_EQ(*r, (ids{5, 17, 3})) << text;
+  }
+  EXPECT_EQ(*slm::parse_token_ids("2147483647"), ids{2147483647});
+  const struct {
+    const char* text;
+    const char* message;
+  } bad[] = {
+      {"", "no token ids"},
+      {" \n", "no token ids"},
+      {"5,x,3", "'x' (item 1) is not a token id (a non-negative integer)"},
+      {"5,-3", "'-3' (item 1) is not a token id"},
+      {"5,,3", "'' (item 1) is not a token id"},
+      {"5, ,3", "'' (item 1) is not a token id"},
+      {",5", "'' (item 0) is not a token id"},
+      {"5,", "'' (item 1) is not a token id"},
+      {"5 1e3", "'1e3' (item 1) is not a token id"},
+      {"5;6", "'5;6' (item 0) is not a token id"},
+      {"2147483648", "'2147483648' (item 0) is not a token id"},
+  };
+  for (const auto& c : bad) {
+    auto r = slm::parse_token_ids(c.text);
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_EQ(r.error().code(), slm::errc::invalid_argument);
+    EXPECT_NE(r.error().message().find(c.message), std::string::npos) << c.text << ": " << r.error().message();
+  }
+  EXPECT_TRUE(slm::check_vocabulary(ids{0, 5, 319}, 320).ok());
+  const slm::status s = slm::check_vocabulary(ids{5, 320}, 320);
+  EXPECT_EQ(s.code(), slm::errc::invalid_argument);
+  EXPECT_EQ(s.message(), "token id 320 (item 1) is outside the model's vocabulary [0, 320)");
+  EXPECT_FALSE(slm::check_vocabulary(ids{-1}, 320).ok());
+  EXPECT_EQ(slm::format_token_ids(ids{5, 17, 3}), "5,17,3");
+  EXPECT_EQ(slm::format_token_ids(ids{5, 17, 3}, ' '), "5 17 3");
+  EXPECT_EQ(slm::format_token_ids(ids{}), "");
+  EXPECT_EQ(*slm::parse_token_ids(slm::format_token_ids(ids{0, 9, 12345}, ' ') + "\n"), (ids{0, 9, 12345}));
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 //   labeled_files(dir)           (domain, path) of every regular file in DIR/<domain>/,
 //                                sorted; round_robin() orders them a file per domain in turn
 //   route_accuracy               right / total per domain (in the order first seen) and in all
+//   route_files(e, files, ...)   the router over labeled files: each routed as a request for
+//                                it would be, its best member's domain against its label
 //   calibrate(e, files, n, cx)   per member, in config order: the held-out rows of the same
 //                                token budget (files in order, each file's ids, until n
 //                                tokens), the temperature minimising their NLL
@@ -61,6 +63,14 @@ struct route_accuracy {
   void add(std::string_view label, bool right);
 };
 
+// Routes each file (read whole, at most 64 MiB) by its content and, unless content_only,
+// its name, as a request for that file would be routed, and tallies the best member's
+// domain against the file's label (a file without a label is routed but not counted).
+// on_file, if set, sees each decision. An error names the file.
+result<route_accuracy> route_files(const ensemble& e, std::span<const labeled_file> files, bool content_only,
+                                   compute_context& cx,
+                                   const std::function<void(const labeled_file&, const route_decision&)>& on_file = {});
+
 struct member_calibration {
   std::string name;
   std::size_t tokens = 0;  // held-out rows scored
@@ -112,6 +122,22 @@ SLM_INLINE void route_accuracy::add(std::string_view label, bool right) {
   auto it = std::find_if(labels.begin(), labels.end(), [&](const tally& t) { return t.label == label; });
   if (it == labels.end()) it = labels.insert(labels.end(), tally{std::string(label)});
   for (tally* t : {&*it, &all}) t->right += right, t->total += 1;
+}
+
+SLM_INLINE result<route_accuracy> route_files(
+    const ensemble& e, std::span<const labeled_file> files, bool content_only, compute_context& cx,
+    const std::function<void(const labeled_file&, const route_decision&)>& on_file) {
+  route_accuracy acc;
+  for (const labeled_file& f : files) {
+    auto text = read_text_file(f.path, std::size_t{64} << 20);
+    if (!text.ok()) return std::move(text).take_error();
+    const std::string name = content_only ? std::string() : f.path.filename().string();
+    auto d = e.route(route_request{*text, name}, cx);
+    if (!d.ok()) return std::move(d).take_error().with_context(f.path.string());
+    if (on_file) on_file(f, *d);
+    if (!f.label.empty()) acc.add(f.label, e.config().members[d->best()].domain == f.label);
+  }
+  return acc;
 }
 
 SLM_INLINE result<calibration> calibrate(const ensemble& e, std::span<const std::filesystem::path> files,

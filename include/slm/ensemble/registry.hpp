@@ -186,6 +186,10 @@ nam56r_param_count count_nam56r_params(const nam56r_dims& x = {});
 // The lines `slm inspect` prints: eight specialists of NAM56R's size, in NVFP4.
 std::vector<std::string> nam56r_ensemble_arithmetic();
 
+// What `slm inspect` prints for an ensemble.json: "ensemble  FILE: router R, strategy S",
+// then its registry's inspect() (no member is loaded).
+result<std::vector<std::string>> inspect_ensemble(const std::filesystem::path& config_file);
+
 
 // ---- implementation (SLM_DEFINE_ENSEMBLE)
 #if SLM_DEFINE_ENSEMBLE
@@ -432,6 +436,17 @@ SLM_INLINE std::vector<std::string> nam56r_ensemble_arithmetic() {
   return out;
 }
 
+
+SLM_INLINE result<std::vector<std::string>> inspect_ensemble(const std::filesystem::path& config_file) {
+  auto cfg = ensemble_config::load(config_file);
+  if (!cfg.ok()) return std::move(cfg).take_error();
+  auto reg = registry::from_config(*cfg);
+  if (!reg.ok()) return std::move(reg).take_error();
+  std::vector<std::string> out = {cat("ensemble  ", config_file.string(), ": router ", to_string(cfg->router.kind),
+                                      ", strategy ", to_string(cfg->strategy.kind))};
+  for (std::string& line : reg->inspect()) out.push_back(std::move(line));
+  return out;
+}
 
 SLM_INLINE std::vector<std::string> registry::inspect() const {
   std::vector<std::string> out;

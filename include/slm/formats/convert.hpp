@@ -86,6 +86,28 @@ struct tensor_report {
   double rel_rms_error = 0;  // sqrt(sum (w - q)^2 / sum w^2) over the tensor; 0 when kept
   double max_abs_error = 0;
   std::uint64_t bytes_in = 0, bytes_out = 0;
+
+  // Kept as stored (its action says why), not converted.
+  bool kept() const noexcept { return action.rfind("kept", 0) == 0; }
+};
+
+// A conversion as a whole: its tensors and how many were converted, the bytes read and
+// written, the worst relative RMS error of a converted tensor.
+struct convert_totals {
+  std::size_t tensors = 0, converted = 0;
+  std::uint64_t bytes_in = 0, bytes_out = 0;
+  double worst_rel_rms_error = 0;
+
+  static convert_totals of(std::span<const tensor_report> reports) noexcept {
+    convert_totals t;
+    for (const tensor_report& r : reports) {
+      t.tensors += 1;
+      t.bytes_in += r.bytes_in;
+      t.bytes_out += r.bytes_out;
+      if (!r.kept()) t.converted += 1, t.worst_rel_rms_error = std::max(t.worst_rel_rms_error, r.rel_rms_error);
+    }
+    return t;
+  }
 };
 
 // The input embeddings and output heads of the supported families, for include

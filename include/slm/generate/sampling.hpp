@@ -41,11 +41,14 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -122,6 +125,22 @@ struct sampler_config {
 // Checks a configuration against a logit row of `logit_rows` entries.
 status validate(const sampler_config& c, std::size_t logit_rows);
 
+// The settings by the names llama.cpp's command line (and slm's) gives them, for a host
+// that takes them as text: a command line, a settings field. temp (temperature), top-k,
+// top-p, min-p, repeat-penalty (repetition_penalty), frequency-penalty, presence-penalty,
+// repeat-last-n (penalty_last_n), seed, and logit-bias "ID=BIAS" (BIAS may be -inf; each
+// one is appended to logit_bias).
+inline constexpr std::string_view sampling_option_names[] = {
+    "temp", "top-k", "top-p", "min-p", "repeat-penalty", "frequency-penalty", "presence-penalty",
+    "repeat-last-n", "seed", "logit-bias"};
+
+// Sets the setting `name` (one of sampling_option_names; another is not_found) from
+// `value`, read whole as std::from_chars reads it: integers as integers (top-k >= 0,
+// repeat-last-n >= -1; a float cast to int is undefined past its range: 1e10, nan), the
+// seed as an unsigned 64-bit integer. The error names the setting: "top-k needs an integer
+// from 0 to 2147483647, got '1e10'". The settings' ranges are validate()'s to check.
+status set_sampling_option(sampler_config& c, std::string_view name, std::string_view value);
+
 #if SLM_DEFINE_TEXT
 
 SLM_INLINE status validate(const sampler_config& c, std::size_t logit_rows) {
@@ -147,6 +166,50 @@ SLM_INLINE status validate(const sampler_config& c, std::size_t logit_rows) {
       return bad("logit_bias[", i, "]: token id ", id, " is outside the vocabulary [0, ", vocab, ")");
     if (std::isnan(b) || b == std::numeric_limits<float>::infinity())
       return bad("logit_bias[", i, "] (token ", id, "): bias ", b, " must be finite or -infinity (a ban)");
+  }
+  return {};
+}
+
+SLM_INLINE status set_sampling_option(sampler_config& c, std::string_view name, std::string_view value) {
+  const char *begin = value.data(), *end = value.data() + value.size();
+  const auto whole = [](const char* b, const char* e, auto& v) {
+    const auto r = std::from_chars(b, e, v);
+    return r.ec == std::errc() && r.ptr == e;
+  };
+  float* real = name == "temp"                ? &c.temperature
+                : name == "top-p"             ? &c.top_p
+                : name == "min-p"             ? &c.min_p
+                : name == "repeat-penalty"    ? &c.repetition_penalty
+                : name == "frequency-penalty" ? &c.frequency_penalty
+                : name == "presence-penalty"  ? &c.presence_penalty
+                                              : nullptr;
+  if (real) {
+    float v = 0;
+    if (!whole(begin, end, v)) return make_error(errc::invalid_argument, name, " needs a number, got '", value, "'");
+    *real = v;
+  } else if (name == "top-k" || name == "repeat-last-n") {
+    const std::int32_t lo = name == "top-k" ? 0 : -1;
+    std::int32_t v = 0;
+    if (!whole(begin, end, v) || v < lo)
+      return make_error(errc::invalid_argument, name, " needs an integer from ", lo, " to ",
+                        std::numeric_limits<std::int32_t>::max(), ", got '", value, "'");
+    (name == "top-k" ? c.top_k : c.penalty_last_n) = v;
+  } else if (name == "seed") {
+    std::uint64_t v = 0;
+    if (!whole(begin, end, v))
+      return make_error(errc::invalid_argument, "seed needs a non-negative integer, got '", value, "'");
+    c.seed = v;
+  } else if (name == "logit-bias") {
+    const std::size_t eq = value.find('=');
+    std::int32_t id = -1;
+    float bias = 0;
+    const bool ok = eq != std::string_view::npos && whole(begin, begin + eq, id) && id >= 0 &&
+                    (value.substr(eq + 1) == "-inf" ? (bias = -std::numeric_limits<float>::infinity(), true)
+                                                    : whole(begin + eq + 1, end, bias));
+    if (!ok) return make_error(errc::invalid_argument, "logit-bias needs ID=BIAS (e.g. 42=-inf), got '", value, "'");
+    c.logit_bias.emplace_back(id, bias);
+  } else {
+    return make_error(errc::not_found, "'", name, "' is not a sampling setting");
   }
   return {};
 }

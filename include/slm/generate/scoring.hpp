@@ -19,6 +19,7 @@
 //                              one tally per document, stopping at a document boundary once
 //                              max_tokens targets are scored
 //   to_json(tally, name)       the figures as JSON, the keys `slm perplexity --json` writes
+//   to_string(tally)           the figures on one line, as `slm perplexity` prints them
 //
 // Windows, as llama.cpp's llama-perplexity and HF's perplexity guide score a text longer
 // than the context: windows of ctx tokens start every `stride` tokens, each a fresh session,
@@ -37,6 +38,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <span>
@@ -225,6 +227,10 @@ result<document_scores> score_documents(const Model& m, const tokenizer& t, std:
 //  "bits_per_byte", "top1_correct", "top1"}.
 json::value to_json(const score_tally& t, std::string_view name = {});
 
+// "tokens N  bytes B  nll X nats/token  ppl P  bits/byte Y  top1 Z%" (README: `slm perplexity`):
+// NLL to 6 decimals, perplexity to 4, bits per byte to 6, the top-1 rate in percent to 2.
+std::string to_string(const score_tally& t);
+
 // ---- implementation (SLM_DEFINE_TEXT)
 #if SLM_DEFINE_TEXT
 
@@ -240,6 +246,14 @@ SLM_INLINE json::value to_json(const score_tally& t, std::string_view name) {
   v.set("top1_correct", json::value(t.top1));
   v.set("top1", json::value(t.top1_rate()));
   return v;
+}
+
+SLM_INLINE std::string to_string(const score_tally& t) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "tokens %zu  bytes %llu  nll %.6f nats/token  ppl %.4f  bits/byte %.6f  top1 %.2f%%",
+                t.tokens, static_cast<unsigned long long>(t.bytes), t.nll_per_token(), t.perplexity(),
+                t.bits_per_byte(), 100.0 * t.top1_rate());
+  return buf;
 }
 
 #endif  // SLM_DEFINE_TEXT
