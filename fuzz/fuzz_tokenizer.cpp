@@ -3,6 +3,8 @@
 //   'J' + JSON: parse it as a tokenizer.json; whatever loads must encode texts (the input
 //               itself among them) into ids inside its vocabulary, decode them, and stream
 //               them through a detokenizer to exactly the same bytes;
+//   'I' + text: token ids written as text (text/token_ids.hpp): whatever parses formats
+//               back to a list that parses to the same ids, with either separator;
 //   anything else: the rest is a text for the bundled test tokenizers (HF's goldens and
 //               ours): ids inside the vocabulary, the detokenizer stream equal to decode(),
 //               and decode(encode(x)) == x wherever the tokenizer is lossless.
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "slm/text/detokenizer.hpp"
+#include "slm/text/token_ids.hpp"
 #include "slm/text/tokenizer.hpp"
 
 #ifndef SLM_TEST_DATA_DIR
@@ -72,6 +75,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     exercise(*tok, "int main() { return 0; }\n\t\xF0\x9F\x9A\x80 x\xFF", false);
     exercise(*tok, input.substr(0, 4096), false);
+    return 0;
+  }
+  if (data[0] == 'I') {
+    auto ids = slm::parse_token_ids(input);
+    if (!ids.ok()) {
+      check(!ids.error().message().empty());
+      return 0;
+    }
+    check(!ids->empty());
+    for (char sep : {',', ' '}) {
+      auto back = slm::parse_token_ids(slm::format_token_ids(*ids, sep));
+      check(back.ok() && *back == *ids);
+    }
+    for (std::int32_t id : *ids) check(id >= 0);
+    check(slm::check_vocabulary(*ids, 1u << 31).ok());
     return 0;
   }
   for (const slm::tokenizer& t : bundled()) exercise(t, input, t.lossless());
