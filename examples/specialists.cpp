@@ -23,7 +23,8 @@
 // insist on the shipped NVFP4 weights).
 using cpp_specialist =
     slm::specialist<slm::format::any, slm::pattern<"AEMEAEMEAEMR">, slm::part::mla, slm::part::dsa, slm::part::moe,
-                    slm::part::mamba3, slm::part::m2rnn, slm::part::ngram_hash, slm::part::mtp>;
+                    slm::part::mamba3, slm::part::m2rnn, slm::part::ngram_hash, slm::part::structure,
+                    slm::part::mtp>;
 
 // A Nemotron-H-like hybrid: per layer a Mamba-2 mixer, attention (no RoPE), or nothing in
 // the sequence slot, and a relu^2 MLP, a MoE with sigmoid routing (Nemotron-H's latent

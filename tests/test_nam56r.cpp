@@ -1106,7 +1106,7 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
   namespace part = slm::part;
   const auto dir = slm_test::test_data("nam56r/tiny");
   using full = slm::specialist<slm::format::any, slm::pattern<"AEMEAEMEAEMR">, part::mla, part::dsa, part::moe,
-                               part::mamba3, part::m2rnn, part::ngram_hash, part::mtp>;
+                               part::mamba3, part::m2rnn, part::ngram_hash, part::structure, part::mtp>;
   auto ok = full::load(dir);
   ASSERT_TRUE(ok.ok()) << ok.error().message();
   EXPECT_EQ(ok->vocab(), 100u);
@@ -1114,16 +1114,17 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
                                    part::ngram_hash, part::mtp>;
   EXPECT_TRUE(slm_test::fails_with(no_m2rnn::load(dir), slm::errc::unsupported, {"layer 11", "M2RNN"}));
   using other = slm::specialist<slm::format::any, slm::pattern<"AEME">, part::mla, part::dsa, part::moe, part::mamba3,
-                                part::m2rnn, part::ngram_hash, part::mtp>;
+                                part::m2rnn, part::ngram_hash, part::structure, part::mtp>;
   EXPECT_TRUE(slm_test::fails_with(other::load(dir), slm::errc::unsupported, {"\"AEMEAEMEAEMR\"", "\"AEME\""}));
   using no_dsa = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::moe, part::mamba3, part::m2rnn,
-                                 part::ngram_hash, part::mtp>;  // MLA and DSA share a part: a check after loading
+                                 part::ngram_hash, part::structure, part::mtp>;  // MLA and DSA share a part
   EXPECT_TRUE(slm_test::fails_with(no_dsa::load(dir), slm::errc::unsupported, {"is DSA-MLA attention"}));
   using no_mtp = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
-                                 part::m2rnn, part::ngram_hash>;
-  EXPECT_TRUE(slm_test::fails_with(no_mtp::load(dir), slm::errc::unsupported, {"2 MTP depths"}));
+                                 part::m2rnn, part::ngram_hash, part::structure>;
+  EXPECT_TRUE(slm_test::fails_with(no_mtp::load(dir), slm::errc::unsupported,
+                                   {"the checkpoint has 2 MTP depths", "does not list (part::mtp)"}));
   using nvfp4 = slm::specialist<slm::format::nvfp4, slm::pattern<"">, part::mla, part::dsa, part::moe, part::mamba3,
-                                part::m2rnn, part::ngram_hash, part::mtp>;
+                                part::m2rnn, part::ngram_hash, part::structure, part::mtp>;
   EXPECT_TRUE(slm_test::fails_with(nvfp4::load(dir), slm::errc::unsupported, {"expects nvfp4"}));
 
   // The parts are the model's type (issue 19, item 4). Every part makes nam56r_model itself,
@@ -1131,6 +1132,16 @@ TEST(Nam56r, SpecialistTypeChecksItsComposition) {
   // out of the layer stack's variants, so their code is not compiled into the host, and a
   // layer that needs one is refused while the stack is built.
   static_assert(std::is_same_v<full::model_type, slm::nam56r_model>);
+  // The parts outside the stack are in the type too (nam56r::extras): without part::mtp the
+  // MTP depths' code (drafting, their loading) is not compiled, and a checkpoint that has
+  // them is refused at load (above); a session's draft says why.
+  using no_mtp_extras = no_mtp::model_type::extras_type;
+  static_assert(!no_mtp_extras::mtp && no_mtp_extras::ngram_hash && no_mtp_extras::structure);
+  static_assert(std::is_same_v<no_mtp::model_type::mixer_type, slm::nam56r_model::mixer_type>);
+  static_assert(!std::is_same_v<no_mtp::model_type, slm::nam56r_model>);
+  using no_extras = slm::specialist<slm::format::any, slm::pattern<"">, part::mla, part::dsa, part::moe,
+                                    part::mamba3, part::m2rnn>;
+  static_assert(!no_extras::model_type::extras_type::ngram_hash && !no_extras::model_type::extras_type::structure);
   static_assert(!no_m2rnn::model_type::mixer_type::has<slm::m2rnn_mixer>);
   static_assert(no_m2rnn::model_type::mixer_type::has<slm::nam56r::mamba3_part>);
   using ssm_moe = slm::specialist<slm::format::any, slm::pattern<"">, part::mamba3, part::moe>;

@@ -11,14 +11,15 @@
 // the parts the stack may use - the sequence mixers (mla, dsa, mamba3, m2rnn), the
 // feed-forward (moe), and the extras (ngram_hash, structure, mtp).
 //
-// The parts are the model's type: the specialist holds basic_nam56r_model<Mixer, Ffn>
-// (models/nam56r/model.hpp) whose layer stack is a variant of exactly the named mixer and
-// feed-forward parts (mla or dsa: nam56r::attention_part; mamba3: nam56r::mamba3_part;
-// m2rnn: m2rnn_mixer; moe: basic_moe_ffn<>), so a part that is not named is not compiled
-// into the host. load() builds that stack from config.json, refusing a layer whose part is
-// not named, then refuses, naming the mismatch, a checkpoint that follows another pattern,
-// has an extra the type does not list (MLA against DSA, n-gram, structure, MTP), or stores
-// a projection in another format. So a host that names its specialist gets exactly that
+// The parts are the model's type: the specialist holds basic_nam56r_model<Mixer, Ffn,
+// Extras> (models/nam56r/model.hpp) whose layer stack is a variant of exactly the named
+// mixer and feed-forward parts (mla or dsa: nam56r::attention_part; mamba3:
+// nam56r::mamba3_part; m2rnn: m2rnn_mixer; moe: basic_moe_ffn<>) and whose extras are the
+// named ones (ngram_hash, structure, mtp: nam56r::extras), so a part that is not named is
+// not compiled into the host. load() builds the model from config.json, refusing a layer or
+// an extra whose part is not named, then refuses, naming the mismatch, a checkpoint that
+// follows another pattern, has a layer of the other MLA kind (dense against DSA: one part
+// serves both), or stores a projection in another format. So a host that names its specialist gets exactly that
 // model or an error value, never a silently different one. Naming every part gives
 // nam56r_model itself, the config-driven path (the same type, compiled once by the library
 // in compiled mode).
@@ -126,7 +127,8 @@ class specialist {
   static constexpr bool hosted(nam56r_layer_kind k) noexcept { return (serves<Parts>(k) || ...); }
   // The model the parts make: its stack holds exactly the named parts.
   using model_type = basic_nam56r_model<typename detail::specialist_parts::specialist_stack<Parts...>::mixer,
-                                        typename detail::specialist_parts::specialist_stack<Parts...>::ffn>;
+                                        typename detail::specialist_parts::specialist_stack<Parts...>::ffn,
+                                        nam56r::extras<has<part::ngram_hash>, has<part::structure>, has<part::mtp>>>;
   using session = typename model_type::session;
 
   static result<specialist> load(const std::filesystem::path& dir, const checkpoint_options& opt = {}) {
@@ -168,15 +170,6 @@ class specialist {
       if (l.kind == nam56r_layer_kind::mla && !has<part::mla>) return refuse(i, "dense MLA attention");
       if (l.kind == nam56r_layer_kind::dsa && !has<part::dsa>) return refuse(i, "DSA-MLA attention");
     }
-    if (c.ngram_hash && !has<part::ngram_hash>)
-      return make_error(errc::unsupported, where, ": the checkpoint has an n-gram hash embedding, which this "
-                        "specialist type does not list (part::ngram_hash)");
-    if (c.structure_embedding && !has<part::structure>)
-      return make_error(errc::unsupported, where, ": the checkpoint has a structure embedding, which this specialist "
-                        "type does not list (part::structure)");
-    if (c.mtp_num_layers > 0 && !has<part::mtp>)
-      return make_error(errc::unsupported, where, ": the checkpoint has ", c.mtp_num_layers,
-                        " MTP depths, which this specialist type does not list (part::mtp)");
     if constexpr (!std::same_as<Format, format::any>) {
       // Every projection row of the layer table (mixers, experts, MTP) holds the format;
       // norms, biases and the keep-list (embeddings, head, router, indexer) stay precise.

@@ -201,20 +201,31 @@ status for_each_alternative(Fn&& fn) {
   }(std::make_index_sequence<std::variant_size_v<variant>>{});
 }
 
+// The parts of a NAM56R model beside its layer stack: the n-gram hash input embedding,
+// the structure embedding and the MTP depths. One left out is not compiled (its code sits
+// behind `if constexpr`), and a checkpoint that has it is refused at load.
+template <bool NgramHash, bool Structure, bool Mtp>
+struct extras {
+  static constexpr bool ngram_hash = NgramHash, structure = Structure, mtp = Mtp;
+};
+using all_extras = extras<true, true, true>;
+
 }  // namespace nam56r
 
 // The NAM56R model over a layer stack of the given parts (models/stack.hpp): Mixer is an
 // attention_variant of NAM56R's mixer parts (nam56r::attention_part for MLA and DSA,
 // nam56r::mamba3_part, m2rnn_mixer) and no_mixer, Ffn an ffn_variant of basic_moe_ffn<> and
-// no_ffn. A part left out of the variants is not compiled, and a checkpoint with a layer
-// that needs it is refused at load, naming the layer. nam56r_model (below) holds them all:
-// the config-driven path. slm::specialist (models/specialist.hpp) picks them from a list.
-template <class Mixer = nam56r::mixer, class Ffn = nam56r::ffn>
-class basic_nam56r_model : public movable_model<basic_nam56r_model<Mixer, Ffn>> {
+// no_ffn, Extras a nam56r::extras of the parts outside the stack. A part left out is not
+// compiled, and a checkpoint that needs it is refused at load, naming the layer or the
+// part. nam56r_model (below) holds them all: the config-driven path. slm::specialist
+// (models/specialist.hpp) picks them from a list.
+template <class Mixer = nam56r::mixer, class Ffn = nam56r::ffn, class Extras = nam56r::all_extras>
+class basic_nam56r_model : public movable_model<basic_nam56r_model<Mixer, Ffn, Extras>> {
  public:
   using attention = basic_mla_attention<rope_interleaved>;
   using mixer_type = Mixer;
   using ffn_type = Ffn;
+  using extras_type = Extras;
 
   static result<basic_nam56r_model> load(const std::filesystem::path& dir, const checkpoint_options& opt = {});
   // Loads an opened checkpoint (it moves into the model).
@@ -279,8 +290,8 @@ class basic_nam56r_model : public movable_model<basic_nam56r_model<Mixer, Ffn>> 
 };
 
 // Everything a session holds besides scratch; save() / load() carry all of it.
-template <class Mixer, class Ffn>
-struct basic_nam56r_model<Mixer, Ffn>::session_state {
+template <class Mixer, class Ffn, class Extras>
+struct basic_nam56r_model<Mixer, Ffn, Extras>::session_state {
   std::vector<typename Mixer::cache> layers;  // one per main layer: MLA / DSA (latents, RoPE keys, indexer
                                             // keys), Mamba-3 / M2RNN (with their rollback history), none (MoE)
   std::vector<typename attention::cache> mtp;  // each MTP depth's own MLA cache
@@ -292,10 +303,10 @@ struct basic_nam56r_model<Mixer, Ffn>::session_state {
 
 // A NAM56R session (models/session.hpp: options, rollback, snapshot, save / load), plus
 // the token history the n-gram embedding and the MTP heads read, and MTP drafting.
-template <class Mixer, class Ffn>
-class basic_nam56r_model<Mixer, Ffn>::session
-    : public model_session<typename basic_nam56r_model<Mixer, Ffn>::session, basic_nam56r_model<Mixer, Ffn>,
-                           typename basic_nam56r_model<Mixer, Ffn>::session_state> {
+template <class Mixer, class Ffn, class Extras>
+class basic_nam56r_model<Mixer, Ffn, Extras>::session
+    : public model_session<typename basic_nam56r_model<Mixer, Ffn, Extras>::session, basic_nam56r_model<Mixer, Ffn, Extras>,
+                           typename basic_nam56r_model<Mixer, Ffn, Extras>::session_state> {
   using base = model_session<session, basic_nam56r_model, session_state>;
   friend base;
   using base::advance;
@@ -326,6 +337,7 @@ class basic_nam56r_model<Mixer, Ffn>::session
   status draft(std::span<const std::int32_t> next, float* logits, compute_context& cx);
 
  private:
+  status draft_depths(std::span<const std::int32_t> next, float* logits, compute_context& cx);  // draft, with MTP
   using state = session_state;
   static constexpr state_format::session_kind saved_kind = state_format::session_kind::nam56r;
 
@@ -363,8 +375,8 @@ class basic_nam56r_model<Mixer, Ffn>::session
   workspace ws_;
 };
 
-template <class Mixer, class Ffn>
-inline typename basic_nam56r_model<Mixer, Ffn>::session basic_nam56r_model<Mixer, Ffn>::new_session(
+template <class Mixer, class Ffn, class Extras>
+inline typename basic_nam56r_model<Mixer, Ffn, Extras>::session basic_nam56r_model<Mixer, Ffn, Extras>::new_session(
     session_options o) const {
   return session(*this, o);
 }

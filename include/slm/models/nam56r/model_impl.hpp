@@ -29,15 +29,15 @@
 
 namespace slm {
 
-template <class Mixer, class Ffn>
-SLM_INLINE result<basic_nam56r_model<Mixer, Ffn>> basic_nam56r_model<Mixer, Ffn>::load(const std::filesystem::path& dir, const checkpoint_options& opt) {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE result<basic_nam56r_model<Mixer, Ffn, Extras>> basic_nam56r_model<Mixer, Ffn, Extras>::load(const std::filesystem::path& dir, const checkpoint_options& opt) {
   auto ck = checkpoint::open(dir, opt);
   if (!ck.ok()) return std::move(ck).take_error();
   return from_checkpoint(std::move(*ck));
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE result<basic_nam56r_model<Mixer, Ffn>> basic_nam56r_model<Mixer, Ffn>::from_checkpoint(checkpoint&& ck_in) {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE result<basic_nam56r_model<Mixer, Ffn, Extras>> basic_nam56r_model<Mixer, Ffn, Extras>::from_checkpoint(checkpoint&& ck_in) {
   auto cfg = nam56r_config::from_json(ck_in.config());
   if (!cfg.ok()) return std::move(cfg).take_error().with_context(ck_in.dir().string());
   basic_nam56r_model m;
@@ -48,15 +48,15 @@ SLM_INLINE result<basic_nam56r_model<Mixer, Ffn>> basic_nam56r_model<Mixer, Ffn>
   return m;
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::head_logits(const float* hidden, std::size_t rows, float* logits,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::head_logits(const float* hidden, std::size_t rows, float* logits,
                                             compute_context& cx) const {
   if (rows > 0 && (!hidden || !logits)) return make_error(errc::invalid_argument, "head_logits: a null buffer");
   return rows > 0 ? head_.apply(hidden, rows, logits, cx) : status{};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE std::vector<typename basic_nam56r_model<Mixer, Ffn>::layer_row> basic_nam56r_model<Mixer, Ffn>::describe() const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE std::vector<typename basic_nam56r_model<Mixer, Ffn, Extras>::layer_row> basic_nam56r_model<Mixer, Ffn, Extras>::describe() const {
   std::vector<layer_row> rows;
   auto add = [&](std::size_t index, std::string kind, std::initializer_list<std::string> prefixes) -> layer_row& {
     layer_row r;
@@ -98,11 +98,13 @@ SLM_INLINE std::vector<typename basic_nam56r_model<Mixer, Ffn>::layer_row> basic
   };
   const std::size_t d = cfg_.hidden_size;
   add(0, "embedding", {"embedding.word_embeddings."}).active_params = d;
-  if (ngram_) {
-    auto& r = add(0, "ngram", {nam56r::ngram_hash_prefix() + "."});
-    r.active_params = static_cast<std::uint64_t>(ngram_->cfg.concat_dim()) * (1 + d);
-  }
-  if (structure_) add(0, "structure", {nam56r::structure_prefix() + "."});
+  if constexpr (Extras::ngram_hash)
+    if (ngram_) {
+      auto& r = add(0, "ngram", {nam56r::ngram_hash_prefix() + "."});
+      r.active_params = static_cast<std::uint64_t>(ngram_->cfg.concat_dim()) * (1 + d);
+    }
+  if constexpr (Extras::structure)
+    if (structure_) add(0, "structure", {nam56r::structure_prefix() + "."});
   for (std::size_t i = 0; i < cfg_.num_layers; ++i) {
     const nam56r_layer& l = cfg_.plan.layers[i];
     auto& r = add(i, std::string(to_string(l.kind)), {l.prefix + "."});
@@ -122,8 +124,8 @@ SLM_INLINE std::vector<typename basic_nam56r_model<Mixer, Ffn>::layer_row> basic
   return rows;
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::norm_of(rms_norm& n, const std::string& name) const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::norm_of(rms_norm& n, const std::string& name) const {
   auto v = load_vector(*ck_, name, cfg_.hidden_size);
   if (!v.ok()) return std::move(v).take_error();
   n.weight = std::move(*v);
@@ -131,8 +133,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::norm_of(rms_norm& n, const std
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_input_norm(block_norm& norm, const std::string& prefix,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::load_input_norm(block_norm& norm, const std::string& prefix,
                                                                   const std::vector<std::size_t>& bare,
                                                                   std::size_t index, std::string_view bare_key) const {
   const std::string name = prefix + ".input_layernorm.weight";
@@ -145,8 +147,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_input_norm(block_norm& no
   return norm_of(norm.rms, name);
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::load_attn(block_norm& norm, attention& attn, const std::string& prefix, bool dsa,
                                           const std::vector<std::size_t>& bare, std::size_t index,
                                           std::string_view bare_key) const {
   SLM_TRY(load_input_norm(norm, prefix, bare, index, bare_key));
@@ -156,8 +158,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_attn(block_norm& norm, at
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::load_weights() {
   const checkpoint& ck = *ck_;
   const std::size_t d = cfg_.hidden_size, V = cfg_.padded_vocab_size;
   {
@@ -168,16 +170,18 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
                         ", ", w->cols, "], the config implies [", V, ", ", d, "]");
     word_ = *w;
   }
-  if (cfg_.ngram_hash) {
-    auto n = nam56r::load_ngram_hash(ck, nam56r::ngram_hash_prefix(), *cfg_.ngram_hash);
-    if (!n.ok()) return std::move(n).take_error();
-    ngram_ = std::move(*n);
-  }
-  if (cfg_.structure_embedding) {
-    auto s = nam56r::load_structure_embedding(ck, nam56r::structure_prefix(), *cfg_.structure_embedding);
-    if (!s.ok()) return std::move(s).take_error();
-    structure_ = std::move(*s);
-  }
+  if constexpr (Extras::ngram_hash)
+    if (cfg_.ngram_hash) {
+      auto n = nam56r::load_ngram_hash(ck, nam56r::ngram_hash_prefix(), *cfg_.ngram_hash);
+      if (!n.ok()) return std::move(n).take_error();
+      ngram_ = std::move(*n);
+    }
+  if constexpr (Extras::structure)
+    if (cfg_.structure_embedding) {
+      auto s = nam56r::load_structure_embedding(ck, nam56r::structure_prefix(), *cfg_.structure_embedding);
+      if (!s.ok()) return std::move(s).take_error();
+      structure_ = std::move(*s);
+    }
   // One layer of the stack per plan entry, with the one slot its kind fills.
   std::size_t dsa_rank = 0;
   stack_.layers.resize(cfg_.num_layers);
@@ -308,7 +312,18 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
         return make_error(errc::invalid_argument, "NAM56R: a dense MLP layer in the main stack");
     }
   }
-  for (std::size_t k = 0; k < cfg_.mtp_num_layers; ++k) {
+  // A part outside the stack that the type leaves out (Extras) is refused after the
+  // layers, in the words slm::specialist uses for its parts.
+  auto extra_not_listed = [&](std::string_view what, std::string_view part) {
+    return make_error(errc::unsupported, ck.dir().string(), ": the checkpoint has ", what,
+                      ", which this specialist type does not list (", part, ")");
+  };
+  if (!Extras::ngram_hash && cfg_.ngram_hash) return extra_not_listed("an n-gram hash embedding", "part::ngram_hash");
+  if (!Extras::structure && cfg_.structure_embedding)
+    return extra_not_listed("a structure embedding", "part::structure");
+  if (!Extras::mtp && cfg_.mtp_num_layers > 0)
+    return extra_not_listed(cat(cfg_.mtp_num_layers, " MTP depths"), "part::mtp");
+  for (std::size_t k = 0; k < (Extras::mtp ? cfg_.mtp_num_layers : 0); ++k) {
     mtp_depth t;
     const std::string p = nam56r_mtp_prefix(k);
     SLM_TRY(norm_of(t.enorm, p + ".enorm.weight"));
@@ -338,14 +353,14 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::load_weights() {
   return ck.check_all_bound();
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                  compute_context& cx) {
   return forward(ids, rows, logits, cx, structure_inputs{});
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::forward(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                                  compute_context& cx, const structure_inputs& side,
                                                  std::size_t hidden_rows, float* hidden) {
   SLM_TRY(check_call("forward", ids, rows, logits, m_->cfg_.vocab_size));
@@ -360,8 +375,18 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::forward(std::span<con
   });
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::draft(std::span<const std::int32_t> next, float* logits, compute_context& cx) {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::draft(std::span<const std::int32_t> next, float* logits, compute_context& cx) {
+  if constexpr (!Extras::mtp) {
+    return make_error(errc::unsupported, "draft: the model has no MTP layers (its type does not list part::mtp)");
+  } else {
+    return draft_depths(next, logits, cx);
+  }
+}
+
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::draft_depths(std::span<const std::int32_t> next,
+                                                                               float* logits, compute_context& cx) {
   SLM_TRY(weights_);
   const nam56r_config& c = m_->cfg_;
   const std::size_t m = next.size(), D = m_->mtp_.size(), d = c.hidden_size, p = pos_;
@@ -421,8 +446,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::draft(std::span<const
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::make_state(state& s, const session_options& o) const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::make_state(state& s, const session_options& o) const {
   const basic_nam56r_model& m = *m_;
   SLM_TRY(m.stack_.init_caches(s.layers, o));
   s.mtp.resize(m.mtp_.size());
@@ -432,8 +457,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::make_state(state& s, 
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE std::uint64_t basic_nam56r_model<Mixer, Ffn>::session::fingerprint(const state& s) const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE std::uint64_t basic_nam56r_model<Mixer, Ffn, Extras>::session::fingerprint(const state& s) const {
   const basic_nam56r_model& m = *m_;
   const nam56r_config& c = m.cfg_;
   state_hasher h;
@@ -452,8 +477,8 @@ SLM_INLINE std::uint64_t basic_nam56r_model<Mixer, Ffn>::session::fingerprint(co
   return h.value();
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::write_records(state_writer& w, const state& s) const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::write_records(state_writer& w, const state& s) const {
   const basic_nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size;
   auto record = [&w](const auto& cache) -> status {
@@ -473,8 +498,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::write_records(state_w
   return w.f32_rows(s.hf.data(), m.mtp_.empty() ? 0 : s.tokens.size(), d);
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::read_records(state_reader& r, state& fresh, std::size_t position) const {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::read_records(state_reader& r, state& fresh, std::size_t position) const {
   const basic_nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, V = m.cfg_.vocab_size;
   for (std::size_t i = 0; i < fresh.layers.size(); ++i) {
@@ -508,8 +533,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::read_records(state_re
   return r.f32_rows(fresh.hf, m.mtp_.empty() ? 0 : position, d, "final hidden rows");
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE void basic_nam56r_model<Mixer, Ffn>::session::truncate_state(state& s, std::size_t len) const noexcept {
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE void basic_nam56r_model<Mixer, Ffn, Extras>::session::truncate_state(state& s, std::size_t len) const noexcept {
   for (auto& c : s.layers) c.truncate(len);
   if (s.tokens.size() > len) s.tokens.resize(len);
   for (std::size_t k = 0; k < s.mtp.size(); ++k) {  // a depth keeps only positions whose inputs remain
@@ -518,26 +543,28 @@ SLM_INLINE void basic_nam56r_model<Mixer, Ffn>::session::truncate_state(state& s
   }
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::embed(std::span<const std::int32_t> ids, const std::int32_t* hist_seq,
                                                std::size_t j0, float* out, const structure_inputs* side,
                                                compute_context& cx) {
   const basic_nam56r_model& m = *m_;
   const std::size_t d = m.cfg_.hidden_size, T = ids.size();
   for (std::size_t t = 0; t < T; ++t)
     dequantize_row(m.word_, static_cast<std::size_t>(ids[t]), std::span<float>(out + t * d, d));
-  if (m.ngram_) {
-    ngram_history h;
-    for (std::size_t i = 0; i < h.prev.size(); ++i) h.prev[i] = j0 > i ? hist_seq[j0 - 1 - i] : 0;
-    h.n = j0;
-    SLM_TRY(m.ngram_->add_to(ids, h, out, ws_, cx));
-  }
-  if (m.structure_ && side) SLM_TRY(m.structure_->add_to(*side, T, out, ws_, cx));
+  if constexpr (Extras::ngram_hash)
+    if (m.ngram_) {
+      ngram_history h;
+      for (std::size_t i = 0; i < h.prev.size(); ++i) h.prev[i] = j0 > i ? hist_seq[j0 - 1 - i] : 0;
+      h.n = j0;
+      SLM_TRY(m.ngram_->add_to(ids, h, out, ws_, cx));
+    }
+  if constexpr (Extras::structure)
+    if (m.structure_ && side) SLM_TRY(m.structure_->add_to(*side, T, out, ws_, cx));
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::sublayers(const mtp_depth& md, std::size_t T, attention::cache& kc,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::sublayers(const mtp_depth& md, std::size_t T, attention::cache& kc,
                                                    compute_context& cx) {
   const std::size_t d = m_->cfg_.hidden_size;
   SLM_TRY(xn_.resize(T * d));
@@ -550,8 +577,8 @@ SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::sublayers(const mtp_d
   return {};
 }
 
-template <class Mixer, class Ffn>
-SLM_INLINE status basic_nam56r_model<Mixer, Ffn>::session::run(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
+template <class Mixer, class Ffn, class Extras>
+SLM_INLINE status basic_nam56r_model<Mixer, Ffn, Extras>::session::run(std::span<const std::int32_t> ids, std::size_t rows, float* logits,
                                              compute_context& cx, const structure_inputs& side, std::size_t hidden_rows,
                                              float* hidden) {
   const basic_nam56r_model& m = *m_;
