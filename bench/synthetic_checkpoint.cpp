@@ -6,7 +6,8 @@
 //
 // hidden 2048, intermediate 8192, 32 heads and 8 KV heads of 64, vocab 128256, tied
 // embeddings: 1.24 B parameters, 2.47 GB at 16 layers. Weights are N(0, 0.02) and norms
-// 1 + N(0, 0.02), from a fixed seed, so two runs write the same bytes. The file is
+// 1 + N(0, 0.02), from a fixed seed, so two runs with the same standard library write the
+// same bytes (std::normal_distribution's algorithm is the library's own). The file is
 // streamed through slm's safetensors writer (one tensor in memory at a time) and appears
 // only when complete.
 #include <cstdio>
