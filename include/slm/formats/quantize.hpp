@@ -87,13 +87,16 @@ inline abs_max_scan scan_abs_max(const float* x, std::size_t n, std::size_t base
   return s;
 }
 
-// Block amax of finite values (the callers' checks refuse NaN and inf first), on bits
-// and without branches, so it vectorizes.
-inline float block_abs_max(const float* x, std::size_t n) noexcept {
-  std::uint32_t m = 0;
-  for (std::size_t i = 0; i < n; ++i) m = std::max(m, f32_bits(x[i]) & f32_abs_mask);
-  return f32_from_bits(m);
+// max |x_i| as an f32 bit pattern (NaN patterns sort above inf's), without branches, so it
+// vectorizes: on the bits as int32 (every |x| pattern fits, and SSE2 has a signed compare).
+inline std::uint32_t abs_max_bits(const float* x, std::size_t n) noexcept {
+  std::int32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) m = std::max(m, static_cast<std::int32_t>(f32_bits(x[i]) & f32_abs_mask));
+  return static_cast<std::uint32_t>(m);
 }
+
+// Block amax of finite values (the callers' checks refuse NaN and inf first).
+inline float block_abs_max(const float* x, std::size_t n) noexcept { return f32_from_bits(abs_max_bits(x, n)); }
 
 // The E2M1 codes of a block of N finite values x_i / d (d > 0 and finite), packed two per
 // byte (element 2j in the low nibble). The sign is the NVFP4 producers' rule, x_i < 0
@@ -140,11 +143,8 @@ status check_row(std::string_view what, std::span<const float> row, std::size_t 
 #if SLM_DEFINE_KERNELS
 SLM_INLINE status check_row(std::string_view what, std::span<const float> row, std::size_t block) {
   SLM_TRY(check_tensor(what, row.size(), 1, row.size(), block));
-  // The common case first, without branches (it vectorizes): every |x| below inf. NaN
-  // bit patterns sort above inf's.
-  std::int32_t m = 0;
-  for (float x : row) m = std::max(m, static_cast<std::int32_t>(f32_bits(x) & f32_abs_mask));
-  if (m < static_cast<std::int32_t>(f32_inf_bits)) return {};
+  // The common case first, without branches: every |x| below inf.
+  if (abs_max_bits(row.data(), row.size()) < f32_inf_bits) return {};
   const abs_max_scan s = scan_abs_max(row.data(), row.size(), 0);
   if (s.first_bad != no_index)
     return make_error(errc::invalid_argument, what, ": element ", s.first_bad, " is ", row[s.first_bad],

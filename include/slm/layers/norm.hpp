@@ -35,6 +35,14 @@ concept norm_policy = requires {
   { N::kind } -> std::convertible_to<norm_weight_kind>;
 };
 
+// 1 / sqrt(mean(x^2) + eps) of one row of d values, the sum in double (see above): the
+// statistic of every RMSNorm here (nanochat's weightless one too, models/nanochat/block.hpp).
+inline float rms_inverse(const float* x, std::size_t d, float eps) noexcept {
+  double ss = 0;
+  for (std::size_t i = 0; i < d; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
+}
+
 struct rms_norm {
   floats weight;  // [d], empty for norm_weight_kind::none
   float eps = 1e-6f;
@@ -44,9 +52,7 @@ struct rms_norm {
 
   // One row of d values; in and out may alias.
   void apply_row(const float* in, float* out, std::size_t d) const noexcept {
-    double ss = 0;
-    for (std::size_t i = 0; i < d; ++i) ss += static_cast<double>(in[i]) * in[i];
-    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
+    const float inv = rms_inverse(in, d, eps);
     switch (kind) {
       case norm_weight_kind::plain:
         for (std::size_t i = 0; i < d; ++i) out[i] = weight[i] * (in[i] * inv);

@@ -43,15 +43,15 @@
 #include "slm/core/status.hpp"
 #include "slm/layers/recurrent_cache.hpp"
 #include "slm/layers/session_options.hpp"
+#include "slm/text/token_ids.hpp"
 
 namespace slm {
 
 // Every id of a call in [0, vocab); `what` names the call in the message.
 inline status check_token_ids(const char* what, std::span<const std::int32_t> ids, std::size_t vocab) {
-  for (std::size_t t = 0; t < ids.size(); ++t)
-    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
-      return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
-                        " is outside the vocabulary [0, ", vocab, ")");
+  if (const std::size_t t = first_id_outside(ids, vocab); t < ids.size())
+    return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
+                      " is outside the vocabulary [0, ", vocab, ")");
   return {};
 }
 

@@ -56,12 +56,19 @@ inline result<std::vector<std::int32_t>> parse_token_ids(std::string_view text) 
   return ids;
 }
 
+// The index of the first id outside [0, vocab), or ids.size() when there is none (the one
+// range check of token ids: check_vocabulary below, and a session's check_token_ids).
+inline std::size_t first_id_outside(std::span<const std::int32_t> ids, std::size_t vocab) noexcept {
+  std::size_t i = 0;
+  while (i < ids.size() && ids[i] >= 0 && static_cast<std::size_t>(ids[i]) < vocab) ++i;
+  return i;
+}
+
 // Every id in [0, vocab): an id past it is the caller's mistake, caught before any work.
 inline status check_vocabulary(std::span<const std::int32_t> ids, std::size_t vocab) {
-  for (std::size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] < 0 || static_cast<std::size_t>(ids[i]) >= vocab)
-      return make_error(errc::invalid_argument, "token id ", ids[i], " (item ", i,
-                        ") is outside the model's vocabulary [0, ", vocab, ")");
+  if (const std::size_t i = first_id_outside(ids, vocab); i < ids.size())
+    return make_error(errc::invalid_argument, "token id ", ids[i], " (item ", i,
+                      ") is outside the model's vocabulary [0, ", vocab, ")");
   return {};
 }
 

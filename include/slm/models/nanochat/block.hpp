@@ -91,9 +91,7 @@ struct nanochat_block {
 #if SLM_DEFINE_NAM56R
 
 SLM_INLINE void detail::nanochat::rms_row(const float* in, float* out, std::size_t d) noexcept {
-  double ss = 0;
-  for (std::size_t i = 0; i < d; ++i) ss += static_cast<double>(in[i]) * in[i];
-  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps)));
+  const float inv = rms_inverse(in, d, eps);
   for (std::size_t i = 0; i < d; ++i) out[i] = in[i] * inv;
 }
 
