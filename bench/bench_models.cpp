@@ -8,8 +8,8 @@
 //    is not a DRAM figure and only the tokens/s mean something;
 //  * synthetic ones, one per architecture family, built in a temporary directory: the
 //    golden's config.json with hidden / intermediate / layers / vocab / experts scaled
-//    up so the bf16 weights are 300-400 MB, random bf16 weights written with the
-//    safetensors writer, then converted to NVFP4 with convert_checkpoint (the path of
+//    up so the bf16 weights are 300-400 MB, random bf16 weights written by
+//    slm::synthetic::write_checkpoint (as `slm synthetic` writes them), then converted to NVFP4 with convert_checkpoint (the path of
 //    `slm quantize`), run with bf16 activations of NVFP4 products (the default) and
 //    with exact f32 activations. Their decode streams from DRAM, so the ratio is
 //    the fraction of the machine's read bandwidth a decode step reaches. For MoE models the line also
@@ -38,7 +38,7 @@
 #include "slm/formats/convert.hpp"
 #include "slm/models/hf/model.hpp"
 #include "slm/kernels/probes.hpp"
-#include "slm/io/safetensors.hpp"
+#include "slm/models/synthetic.hpp"
 
 namespace {
 
@@ -52,144 +52,7 @@ int fail(const slm::status& s) {
   return 1;
 }
 
-// ---- synthetic checkpoints -------------------------------------------------------------
-
-struct tensor_spec {
-  std::string name;
-  std::vector<std::int64_t> shape;
-  enum { weight, ones, zeros } fill = weight;
-};
-
-// The tensors a Hugging Face checkpoint of this config holds, named and shaped as
-// transformers saves them (checked against the goldens' own files at start-up).
-std::vector<tensor_spec> checkpoint_tensors(const slm::model_config& c) {
-  using I = std::int64_t;
-  const I d = static_cast<I>(c.hidden), V = static_cast<I>(c.vocab);
-  std::vector<tensor_spec> t;
-  auto mat = [&](std::string n, std::size_t rows, std::size_t cols) {
-    t.push_back({std::move(n), {static_cast<I>(rows), static_cast<I>(cols)}, tensor_spec::weight});
-  };
-  auto vec = [&](std::string n, std::size_t len, bool one = true) {
-    t.push_back({std::move(n), {static_cast<I>(len)}, one ? tensor_spec::ones : tensor_spec::zeros});
-  };
-  auto mlp = [&](const std::string& p, std::size_t width) {
-    mat(p + ".gate_proj.weight", width, c.hidden);
-    mat(p + ".up_proj.weight", width, c.hidden);
-    mat(p + ".down_proj.weight", c.hidden, width);
-  };
-  t.push_back({"model.embed_tokens.weight", {V, d}, tensor_spec::weight});
-  vec("model.norm.weight", c.hidden);
-  if (!c.tie_embeddings) mat("lm_head.weight", c.vocab, c.hidden);
-  for (std::size_t i = 0; i < c.n_layers; ++i) {
-    const slm::layer_spec& L = c.layers[i];
-    const std::string p = slm::cat("model.layers.", i);
-    vec(p + ".input_layernorm.weight", c.hidden);
-    vec(p + ".post_attention_layernorm.weight", c.hidden);
-    const std::string a = p + ".self_attn";
-    if (L.attention == slm::attention_kind::gqa) {
-      mat(a + ".q_proj.weight", c.n_heads * c.head_dim, c.hidden);
-      mat(a + ".k_proj.weight", c.n_kv_heads * c.head_dim, c.hidden);
-      mat(a + ".v_proj.weight", c.n_kv_heads * c.head_dim, c.hidden);
-      mat(a + ".o_proj.weight", c.hidden, c.n_heads * c.head_dim);
-      if (c.qk_norm) {
-        vec(a + ".q_norm.weight", c.head_dim);
-        vec(a + ".k_norm.weight", c.head_dim);
-      }
-    } else {
-      if (c.q_lora_rank > 0) {
-        mat(a + ".q_a_proj.weight", c.q_lora_rank, c.hidden);
-        vec(a + ".q_a_layernorm.weight", c.q_lora_rank);
-        mat(a + ".q_b_proj.weight", c.n_heads * c.qk_head_dim(), c.q_lora_rank);
-      } else {
-        mat(a + ".q_proj.weight", c.n_heads * c.qk_head_dim(), c.hidden);
-      }
-      mat(a + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_dim, c.hidden);
-      vec(a + ".kv_a_layernorm.weight", c.kv_lora_rank);
-      mat(a + ".kv_b_proj.weight", c.n_heads * (c.qk_nope_dim + c.v_head_dim), c.kv_lora_rank);
-      mat(a + ".o_proj.weight", c.hidden, c.n_heads * c.v_head_dim);
-      if (L.sparse) {
-        mat(a + ".indexer.wq_b.weight", c.index_heads * c.index_head_dim, c.q_lora_rank);
-        mat(a + ".indexer.wk.weight", c.index_head_dim, c.hidden);
-        mat(a + ".indexer.weights_proj.weight", c.index_heads, c.hidden);
-        vec(a + ".indexer.k_norm.weight", c.index_head_dim);
-        vec(a + ".indexer.k_norm.bias", c.index_head_dim, false);
-      }
-    }
-    if (L.ffn == slm::ffn_kind::dense) {
-      mlp(p + ".mlp", c.intermediate);
-    } else {
-      mat(p + ".mlp.gate.weight", c.n_experts, c.hidden);
-      if (c.router == slm::router_kind::sigmoid_grouped) vec(p + ".mlp.gate.e_score_correction_bias", c.n_experts, false);
-      for (std::size_t e = 0; e < c.n_experts; ++e) mlp(slm::cat(p, ".mlp.experts.", e), c.expert_intermediate);
-      if (c.n_shared_experts > 0) mlp(p + ".mlp.shared_experts", c.expert_intermediate * c.n_shared_experts);
-    }
-  }
-  return t;
-}
-
-// The generator must name and shape exactly what transformers wrote for the goldens.
-slm::status check_against(const slm::checkpoint& ck, const slm::model_config& c) {
-  const auto specs = checkpoint_tensors(c);
-  if (specs.size() != ck.size())
-    return slm::make_error(slm::errc::format_error, ck.dir().string(), ": the generator makes ", specs.size(),
-                           " tensors, the checkpoint holds ", ck.size());
-  for (const tensor_spec& s : specs) {
-    const auto* e = ck.find(s.name);
-    if (!e) return slm::make_error(slm::errc::format_error, ck.dir().string(), ": no tensor '", s.name, "'");
-    const slm::shape& have = ck.info(*e).shape;
-    if (!std::equal(have.dims().begin(), have.dims().end(), s.shape.begin(), s.shape.end()))
-      return slm::make_error(slm::errc::format_error, ck.dir().string(), ": '", s.name, "' is ", have.to_string(),
-                             ", the generator says otherwise");
-  }
-  return {};
-}
-
-// Uniform values with variance 1/K for a [N, K] weight, so activations keep their
-// scale through the layers (random models only need to stay finite and route somewhere).
-void fill_bf16(const tensor_spec& s, std::vector<std::uint16_t>& out) {
-  std::uint64_t n = 1;
-  for (auto x : s.shape) n *= static_cast<std::uint64_t>(x);
-  out.resize(n);
-  if (s.fill != tensor_spec::weight) {
-    std::fill(out.begin(), out.end(), slm::f32_to_bf16(s.fill == tensor_spec::ones ? 1.0f : 0.0f));
-    return;
-  }
-  const double k = static_cast<double>(s.shape.back());
-  const float a = static_cast<float>(std::sqrt(3.0 / k));
-  std::uint64_t state = std::hash<std::string>{}(s.name) | 1;
-  for (auto& v : out) {
-    state = state * 6364136223846793005ull + 1442695040888963407ull;  // LCG; top 24 bits
-    const float u = static_cast<float>(state >> 40) * (1.0f / 16777216.0f);
-    v = slm::f32_to_bf16((2.0f * u - 1.0f) * a);
-  }
-}
-
-slm::status write_checkpoint(const std::filesystem::path& dir, const slm::json::value& config) {
-  auto cfg = slm::model_config::from_json(config);
-  if (!cfg.ok()) return std::move(cfg).take_error();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return slm::make_error(slm::errc::io_error, dir.string(), ": ", ec.message());
-  SLM_TRY(slm::detail::write_json_file(dir / "config.json", config));
-  const auto specs = checkpoint_tensors(*cfg);
-  slm::safetensors::writer w;
-  w.set_metadata("format", "pt");
-  for (const tensor_spec& s : specs) {
-    auto shape = slm::shape::from(s.shape);
-    if (!shape.ok()) return std::move(shape).take_error();
-    SLM_TRY(w.plan(s.name, slm::dtype::bf16, *shape));
-  }
-  auto stream = w.begin_stream(dir / "model.safetensors");  // one tensor in memory at a time
-  if (!stream.ok()) return std::move(stream).take_error();
-  std::vector<std::uint16_t> values;
-  while (!stream->done()) {
-    const std::string name(stream->next_name());
-    const auto it = std::find_if(specs.begin(), specs.end(), [&](const tensor_spec& s) { return s.name == name; });
-    fill_bf16(*it, values);
-    SLM_TRY(stream->append(name, std::as_bytes(std::span(values))));
-  }
-  return stream->finish();
-}
+// ---- synthetic checkpoints (slm/models/synthetic.hpp writes them) ----------------------
 
 // The golden's config with the sizes that set the weight bytes scaled up.
 struct family {
@@ -318,7 +181,6 @@ int main(int argc, char** argv) {
   for (const char* arch : {"llama", "llama3_rope", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32"}) {
     auto m = slm::model::load(golden_dir / arch);
     if (!m.ok()) return fail(m.error());
-    if (auto s = check_against(m->weights(), m->config()); !s.ok()) return fail(s);
     auto f = measure(*m, *pool, 48, 20, 200, 0.3, 3);
     if (!f.ok()) return fail(f.error());
     print_line(arch, "bf16", *f, count_weights(*m), probe.read_bytes_per_s);
@@ -361,7 +223,10 @@ int main(int argc, char** argv) {
     if (!golden.ok()) { rc = fail(golden.error()); break; }
     const auto bf16_dir = tmp / slm::cat(fam.name, "_bf16"), fp4_dir = tmp / slm::cat(fam.name, "_nvfp4");
     const auto t0 = std::chrono::steady_clock::now();
-    if (auto s = write_checkpoint(bf16_dir, scaled_config(golden->config(), fam)); !s.ok()) { rc = fail(s); break; }
+    if (auto s = slm::synthetic::write_checkpoint(bf16_dir, scaled_config(golden->config(), fam), *pool); !s.ok()) {
+      rc = fail(s);
+      break;
+    }
     slm::convert_options opt;
     opt.format = slm::weight_format::nvfp4;
     if (auto r = slm::convert_checkpoint(bf16_dir, fp4_dir, opt, *pool); !r.ok()) { rc = fail(r.error()); break; }

@@ -109,7 +109,7 @@ constexpr option options[] = {
     {"act", "f32|bf16|int8", "logits run perplexity bench ensemble", "activations of NVFP4/MXFP4 products: f32 "
      "(default, exact), bf16 (W4A16, the library's default, faster) or int8 (W4A8); dense weights always use "
      "f32", kind::choice},
-    {"threads", "N", "logits run perplexity quantize bench ensemble", "worker threads (default: all)", kind::count},
+    {"threads", "N", "logits run perplexity quantize bench ensemble synthetic", "worker threads (default: all)", kind::count},
     {"mmap", "", "logits run perplexity bench ensemble", "map the weight files instead of reading them into memory (no "
      "copy, shared pages; but a file truncated or rewritten in place while slm runs kills it with SIGBUS: replace "
      "model files by rename)"},
@@ -178,11 +178,11 @@ constexpr option options[] = {
     {"out", "DIR", "quantize", "where the converted checkpoint goes: written beside it and renamed into place when "
      "complete; an existing non-empty DIR is refused"},
     {"force", "", "quantize", "replace a non-empty --out DIR whole (only once the new one is complete)"},
-    {"format", "nvfp4|mxfp4|fp8|bf16", "quantize", "the format to write (default nvfp4)", kind::choice},
+    {"format", "nvfp4|mxfp4|fp8|bf16", "quantize bench", "the format to write (default nvfp4)", kind::choice},
     {"exclude", "GLOB", "quantize", "keep matching modules in high precision (repeatable; wins over --include)"},
     {"include", "GLOB", "quantize", "quantize matching embeddings / output heads too (repeatable; never norms, "
      "routers, the DSA indexer or mHC scorers)"},
-    {"quantize-embeddings", "", "quantize", "include the input embeddings and output heads: *word_embeddings, "
+    {"quantize-embeddings", "", "quantize bench", "include the input embeddings and output heads: *word_embeddings, "
      "*embed_tokens, *output_layer, *lm_head, *unified_table (the n-gram table)"},
 
     {"config", "FILE", "ensemble", "an ensemble.json: members, router, strategy, memory budget "
@@ -207,8 +207,19 @@ constexpr option options[] = {
 
     {"model", "DIR", "bench", "prefill and decode tok/s of one session, the weight bytes read per decode token and "
      "their rate against the read-bandwidth probe"},
-    {"prompt-tokens", "N", "bench", "prompt size (default 64)", kind::count},
-    {"gen-tokens", "N", "bench", "tokens decoded (default 32)", kind::count},
+    {"synthetic", "SHAPE", "bench", "the same figures for random weights at a real model's dimensions, in --format F "
+     "(default nvfp4; bf16: as written): SHAPE is a preset (qwen3-0.6b, llama-3.2-1b, qwen3-30b-a3b, mamba2-370m, "
+     "nam56r) or a config.json; the prompt is timed --reps times, each a fresh session; one line per phase, "
+     "'prefill: ...' (GFLOP/s of the weight products against the probe of their arithmetic) and 'decode: ...' (weight "
+     "bytes read per token against the read-bandwidth probe), each ending in ratio=R"},
+    {"layers", "N", "bench synthetic", "cut the synthetic model to its first N layers (every per-layer list "
+     "follows), so a large shape fits this machine's memory", kind::count},
+    {"reps", "N", "bench", "--synthetic: timed runs (default 3); figures are their median and spread "
+     "((max - min) / median)", kind::count},
+    {"dir", "DIR", "bench", "--synthetic: write the checkpoints under DIR and keep them (default: a temporary "
+     "directory, removed at exit)"},
+    {"prompt-tokens", "N", "bench", "prompt size (default 64; 512 with --synthetic)", kind::count},
+    {"gen-tokens", "N", "bench", "tokens decoded (default 32; 128 with --synthetic)", kind::count},
     {"kernels", "", "bench", "GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on 4096x4096, 4096x14336, "
      "14336x4096, 2048x8192 (N x K); one line per case: FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the "
      "read-bandwidth or FMA probe; GEMM ratios of the _bf16act lines are to the bf16 dot probe), then the opt-in paths "
@@ -216,6 +227,9 @@ constexpr option options[] = {
     {"only", "L[,L...]", "bench", "only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)"},
     {"quick", "", "bench", "one small shape only, weights in cache (a smoke test, not a figure)"},
     {"probe-mib", "N", "bench", "size of the read-bandwidth probe (default 1024)", kind::count},
+
+    {"", "SHAPE DIR", "synthetic", "write DIR/config.json and DIR/model.safetensors: random bf16 weights at SHAPE's "
+     "dimensions (a preset of bench --synthetic, or a config.json), the same bytes on every run"},
 };
 
 const option* find_option(std::string_view name) {
@@ -708,11 +722,141 @@ int cmd_bench_model(const args& a) {
   return 0;
 }
 
+// A shape's config (--synthetic / the first word of `slm synthetic`), cut to --layers N,
+// and its depth before and after the cut.
+struct synthetic_shape {
+  slm::json::value config;
+  std::size_t layers = 0, full_layers = 0;
+};
+slm::result<synthetic_shape> synthetic_config(const args& a, std::string_view name) {
+  auto base = slm::synthetic::shape_config(name);
+  if (!base.ok()) return std::move(base).take_error();
+  auto full = slm::synthetic::layer_count(*base);
+  if (!full.ok()) return std::move(full).take_error();
+  auto cut = a.has("layers") ? slm::synthetic::with_layers(*base, a.count("layers", 1)) : std::move(base);
+  if (!cut.ok()) return std::move(cut).take_error();
+  return synthetic_shape{std::move(*cut), a.has("layers") ? a.count("layers", 1) : *full, *full};
+}
+
+// A directory that is removed with everything in it when this goes out of scope, unless
+// it is the user's (--dir).
+struct scratch_dir {
+  std::filesystem::path path;
+  bool keep = false;
+  ~scratch_dir() {
+    std::error_code ec;
+    if (!keep && !path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+// slm bench --synthetic SHAPE: a random checkpoint at SHAPE's dimensions, written (bf16)
+// and converted to --format, then loaded and timed as --model times a model, --reps
+// times. Figures are medians; each phase's ratio is to the probe that bounds it:
+// prefill against the compute probe of its products' arithmetic (bf16 dot when NVFP4/MXFP4
+// products take bf16 activations, else f32 FMA), decode against the read bandwidth.
+int cmd_bench_synthetic(const args& a) {
+  auto rt = make_runtime(a, false);
+  if (!rt.ok()) return usage_error(rt.error());
+  const std::string_view shape = a.get("synthetic");
+  auto sh = synthetic_config(a, shape);
+  if (!sh.ok()) return usage_error(sh.error());
+  const slm::json::value* cfg = &sh->config;
+  auto specs = slm::synthetic::checkpoint_tensors(*cfg);
+  if (!specs.ok()) return fail(specs.error());
+  std::uint64_t params = 0;
+  for (const slm::tensor_spec& t : *specs) params += t.elements();
+
+  scratch_dir dir{a.has("dir") ? std::filesystem::path(std::string(a.get("dir")))
+                               : std::filesystem::temp_directory_path() /
+                                     slm::cat("slm-synthetic-", static_cast<long>(::getpid())),
+                  a.has("dir")};
+  const std::string_view fmt = a.get("format", "nvfp4");
+  const std::filesystem::path bf16_dir = dir.path / "bf16", model_dir = fmt == "bf16" ? bf16_dir : dir.path / fmt;
+  auto t0 = std::chrono::steady_clock::now();
+  if (auto s = slm::synthetic::write_checkpoint(bf16_dir, *cfg, rt->pool); !s.ok()) return fail(s);
+  std::fprintf(stderr, "slm bench: wrote %s in %.1f s\n", bf16_dir.string().c_str(), slm::seconds_since(t0));
+  if (fmt != "bf16") {
+    static constexpr slm::weight_format formats[] = {slm::weight_format::nvfp4, slm::weight_format::mxfp4,
+                                                     slm::weight_format::fp8_e4m3, slm::weight_format::bf16};
+    slm::convert_options opt;
+    opt.format = formats[pick(a, "format")];
+    opt.replace = true;
+    if (a.has("quantize-embeddings")) opt.include = slm::embedding_include_patterns();
+    t0 = std::chrono::steady_clock::now();
+    auto r = slm::convert_checkpoint(bf16_dir, model_dir, opt, rt->pool);
+    if (!r.ok()) return fail(r.error());
+    std::fprintf(stderr, "slm bench: converted to %.*s in %.1f s\n", static_cast<int>(fmt.size()), fmt.data(),
+                 slm::seconds_since(t0));
+    if (!dir.keep) {
+      std::error_code ec;
+      std::filesystem::remove_all(bf16_dir, ec);  // the disk holds one copy at a time
+    }
+  }
+  auto m = slm::any_model::load(model_dir, load_options(a));
+  if (!m.ok()) return fail(m.error());
+
+  const slm::probe_result probe = slm::measure_probes(rt->pool, a.count("probe-mib", 1024) << 20);
+  const bool bf16_products = rt->act == slm::activation_precision::bf16 && (fmt == "nvfp4" || fmt == "mxfp4") &&
+                             probe.bf16_flops_per_s > 0;
+  const double compute_peak = bf16_products ? probe.bf16_flops_per_s : probe.f32_flops_per_s;
+  static constexpr const char* act_names[] = {"f32", "bf16", "int8"};
+  const bool billions = params >= 1000000000;
+  std::printf("shape %.*s: %s, %zu of %zu layers, %.3f %s parameters; weights %.*s%s, activations %s; threads %zu\n",
+              static_cast<int>(shape.size()), shape.data(), std::string(cfg->get_string("model_type")).c_str(),
+              sh->layers, sh->full_layers, static_cast<double>(params) / (billions ? 1e9 : 1e6),
+              billions ? "B" : "M",
+              static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
+              fmt == "nvfp4" || fmt == "mxfp4" ? act_names[pick(a, "act")] : "f32", probe.threads);
+  std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, isa: %.*s\n",
+              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
+              static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
+
+  const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
+  std::vector<double> prefill_tps, prefill_flops_s, decode_tps, decode_bytes_s;
+  double bytes_per_token = 0;
+  for (std::size_t r = 0; r < reps; ++r) {
+    slm::compute_context cx = rt->context();
+    auto t = slm::measure_throughput(*m, np, ng, rt->session, cx);
+    if (!t.ok()) return fail(t.error());
+    prefill_tps.push_back(t->prefill_tokens_per_s());
+    prefill_flops_s.push_back(static_cast<double>(t->prefill_flops) / t->prefill_seconds);
+    decode_tps.push_back(t->decode_tokens_per_s());
+    decode_bytes_s.push_back(t->decode_bytes_per_token() * t->decode_tokens_per_s());
+    bytes_per_token = t->decode_bytes_per_token();
+  }
+  const slm::summary pt = slm::summarize(prefill_tps), pf = slm::summarize(prefill_flops_s);
+  const slm::summary dt = slm::summarize(decode_tps), db = slm::summarize(decode_bytes_s);
+  std::printf("prefill: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %.1f GFLOP/s of weight products "
+              "against %s, ratio=%.3f\n",
+              np, pt.median, pt.runs, 100 * pt.spread, pf.median / 1e9, bf16_products ? "bf16_dot" : "f32_fma",
+              pf.median / compute_peak);
+  std::printf("decode: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %s of weights per token, %.2f GB/s "
+              "against read_bandwidth, ratio=%.3f\n",
+              ng, dt.median, dt.runs, 100 * dt.spread, slm::human_bytes(static_cast<std::uint64_t>(bytes_per_token)).c_str(),
+              db.median / 1e9, db.median / probe.read_bytes_per_s);
+  return 0;
+}
+
+// slm synthetic SHAPE DIR: the checkpoint bench --synthetic writes, kept.
+int cmd_synthetic(const args& a) {
+  if (a.positional.size() != 2) return usage_error("synthetic needs SHAPE and DIR");
+  auto sh = synthetic_config(a, a.positional[0]);
+  if (!sh.ok()) return usage_error(sh.error());
+  auto pool = make_pool(a);
+  if (!pool.ok()) return fail(pool.error());
+  const std::filesystem::path dir{std::string(a.positional[1])};
+  if (auto s = slm::synthetic::write_checkpoint(dir, sh->config, *pool); !s.ok()) return fail(s);
+  std::printf("wrote %s: %.*s, %zu of %zu layers, random bf16\n", dir.string().c_str(),
+              static_cast<int>(a.positional[0].size()), a.positional[0].data(), sh->layers, sh->full_layers);
+  return 0;
+}
+
 // slm bench --kernels: the matmul cases of slm::kernel_bench_cases, one line each,
 // "LABEL OP NxK n=NTOK: VALUE UNIT ratio=R", ratios against the probes of this run.
 int cmd_bench(const args& a) {
   if (a.has("model")) return cmd_bench_model(a);
-  if (!a.has("kernels")) return usage_error("bench needs --kernels or --model DIR");
+  if (a.has("synthetic")) return cmd_bench_synthetic(a);
+  if (!a.has("kernels")) return usage_error("bench needs --kernels, --model DIR or --synthetic SHAPE");
   auto pool = make_pool(a);
   if (!pool.ok()) return fail(pool.error());
   const slm::probe_result probe = slm::measure_probes(*pool, a.count("probe-mib", 1024) << 20);
@@ -870,6 +1014,7 @@ constexpr command commands[] = {
      cmd_perplexity},
     {"ensemble", "route a prompt to the right specialists of an ensemble.json and run its strategy", cmd_ensemble},
     {"bench", "measure a model's prefill/decode speed or the matmul kernels against this machine's limits", cmd_bench},
+    {"synthetic", "write a checkpoint of random weights at a real model's dimensions", cmd_synthetic},
 };
 
 // One line of the help: `head`, then `text` from column 21 (or two spaces after a longer

@@ -12,6 +12,7 @@
 #include "slm/models/bind.hpp"
 #include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/model.hpp"
+#include "slm/models/hf/tensors.hpp"
 
 #include "slm/generate/generator.hpp"
 

@@ -585,6 +585,48 @@ TEST(CliText, BenchModelReportsSpeedAndTraffic) {
     EXPECT_NE(r.out.find(k), std::string::npos) << k << "\n" << r.out;
 }
 
+// bench --synthetic: a random checkpoint at a config's dimensions (here the qwen3 golden's,
+// in cache), converted to NVFP4, timed twice; one line per phase ending in ratio=R, a
+// number, as scripts read it. `slm synthetic` writes the same checkpoint and keeps it.
+TEST(CliText, BenchSyntheticPrintsOneLinePerPhaseEndingInRatio) {
+  slm_test::temp_dir tmp("bench_synthetic");
+  const std::string shape = slm_test::test_data("golden/hf/qwen3").string();
+  const auto r = run_cli(tmp.path(), "bench --synthetic '" + shape + "' --format nvfp4 --act bf16 --reps 2 "
+                                     "--prompt-tokens 8 --gen-tokens 4 --threads 2 --probe-mib 16 --layers 1 --dir '" +
+                                         (tmp / "ck").string() + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(", 1 of 3 layers,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("weights nvfp4, activations bf16"), std::string::npos) << r.out;
+  for (const char* phase : {"prefill: 8 tokens, ", "decode: 4 tokens, "}) {
+    const std::size_t at = r.out.find(std::string("\n") + phase);
+    ASSERT_NE(at, std::string::npos) << phase << "\n" << r.out;
+    const std::string line = r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+    EXPECT_NE(line.find("(median of 2, spread "), std::string::npos) << line;
+    const std::size_t ratio = line.rfind(" ratio=");
+    ASSERT_NE(ratio, std::string::npos) << line;
+    char* end = nullptr;
+    const double v = std::strtod(line.c_str() + ratio + 7, &end);
+    EXPECT_GT(v, 0.0) << line;
+    EXPECT_EQ(*end, '\0') << line;  // the ratio ends the line
+  }
+  EXPECT_TRUE(std::filesystem::exists(tmp / "ck" / "nvfp4" / "model.safetensors"));  // --dir keeps them
+
+  const auto w = run_cli(tmp.path(), "synthetic '" + shape + "' '" + (tmp / "out").string() + "' --layers 1");
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const auto same = [](const std::filesystem::path& a, const std::filesystem::path& b) {
+    auto x = slm::read_file_prefix(a, std::size_t{1} << 26), y = slm::read_file_prefix(b, std::size_t{1} << 26);
+    return x.ok() && y.ok() && *x == *y;
+  };
+  EXPECT_TRUE(same(tmp / "out" / "model.safetensors", tmp / "ck" / "bf16" / "model.safetensors"));
+  const auto run = run_cli(tmp.path(), "run --model '" + (tmp / "out").string() + "' --prompt-ids 1,2,3 -n 2");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+
+  const auto bad = run_cli(tmp.path(), "bench --synthetic no-such-shape");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("llama-3.2-1b"), std::string::npos) << bad.err;  // the presets are named
+  EXPECT_EQ(run_cli(tmp.path(), "synthetic qwen3-0.6b").exit_code, 2);    // no DIR
+}
+
 // ---- slm perplexity ----
 //
 // The figures are checked against a hand computation from `slm logits` over the same ids

@@ -26,6 +26,8 @@
 
 #include "slm/models/hf/model.hpp"
 #include "slm/models/inspect.hpp"
+#include "slm/models/synthetic.hpp"
+#include "slm/generate/throughput.hpp"
 #include "slm/io/safetensors.hpp"
 #include "test_helpers.hpp"
 
@@ -447,6 +449,114 @@ TEST(Inspect, ModelFileAndTokenizerAsLines) {
   EXPECT_FALSE(slm::inspect_model(slm_test::test_data("no-such-model")).ok());
   EXPECT_EQ(slm::human_bytes(512), "512 B");
   EXPECT_EQ(slm::human_bytes(std::uint64_t{17} << 19), "8.50 MiB");
+}
+
+// ---- synthetic checkpoints (models/synthetic.hpp, `slm bench --synthetic`) ----
+
+// The tensor list of every family slm can synthesise names, shapes and types exactly what
+// transformers saved for the golden of that family: the list is what the benchmark writes
+// at real sizes, so a wrong name or shape would bench a model that cannot load.
+TEST(Synthetic, TensorListsMatchTheGoldensOwnFiles) {
+  for (const char* arch : {"llama", "llama3_rope", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32", "mamba2",
+                           "nemotron_h", "granitemoehybrid"}) {
+    SCOPED_TRACE(arch);
+    auto ck = slm::checkpoint::open(slm_test::test_data(std::string("golden/hf/") + arch));
+    ASSERT_TRUE(ck.ok()) << ck.error().message();
+    auto specs = slm::synthetic::checkpoint_tensors(ck->config());
+    ASSERT_TRUE(specs.ok()) << specs.error().message();
+    EXPECT_EQ(specs->size(), ck->size());
+    for (const slm::tensor_spec& t : *specs) {
+      const auto* e = ck->find(t.name);
+      ASSERT_NE(e, nullptr) << t.name;
+      const slm::shape& have = ck->info(*e).shape;
+      EXPECT_TRUE(std::equal(have.dims().begin(), have.dims().end(), t.shape.begin(), t.shape.end())) << t.name;
+      EXPECT_EQ(ck->info(*e).type, t.type) << t.name;
+    }
+  }
+  auto other = slm::json::parse(R"({"model_type": "gpt2", "vocab_size": 10, "hidden_size": 8})");
+  ASSERT_TRUE(other.ok());
+  EXPECT_FALSE(slm::synthetic::checkpoint_tensors(*other).ok());
+}
+
+// A written checkpoint loads and runs, for a dense, an MoE, an MLA/DSA and a Mamba-2
+// family, and the same config gives the same bytes whatever the thread count.
+TEST(Synthetic, WrittenCheckpointsLoadAndRun) {
+  for (const char* arch : {"qwen3", "qwen3_moe", "deepseek_v32", "nemotron_h"}) {
+    SCOPED_TRACE(arch);
+    auto cfg = slm::synthetic::shape_config(slm_test::test_data(std::string("golden/hf/") + arch).string());
+    ASSERT_TRUE(cfg.ok()) << cfg.error().message();
+    slm_test::temp_dir dir{arch};
+    slm::serial_executor one;
+    ASSERT_TRUE(slm::synthetic::write_checkpoint(dir / "a", *cfg, one).ok());
+    auto pool = slm::thread_pool::create(3);
+    ASSERT_TRUE(pool.ok());
+    ASSERT_TRUE(slm::synthetic::write_checkpoint(dir / "b", *cfg, *pool).ok());
+    auto bytes = [&](const char* sub) {
+      auto b = slm::read_file_prefix(dir / sub / "model.safetensors", std::size_t{1} << 30);
+      return b.ok() ? *b : std::string();
+    };
+    EXPECT_FALSE(bytes("a").empty());
+    EXPECT_EQ(bytes("a"), bytes("b"));
+    auto m = slm::model::load(dir / "a");
+    ASSERT_TRUE(m.ok()) << m.error().message();
+    slm::compute_context cx{one};
+    auto t = slm::measure_throughput(*m, 6, 3, slm::session_options{}, cx);
+    ASSERT_TRUE(t.ok()) << t.error().message();
+    EXPECT_GT(t->prefill_flops, 0u);
+    EXPECT_GT(t->decode_weight_bytes, 0u);
+    // A decode step reads each weight matrix it uses once (an MoE layer: only the routed
+    // experts), so never more than the file holds.
+    EXPECT_LE(t->decode_bytes_per_token(), static_cast<double>(std::filesystem::file_size(dir / "a" / "model.safetensors")));
+  }
+}
+
+// with_layers cuts the depth and every per-layer list follows; the config still loads.
+TEST(Synthetic, DepthCutKeepsTheConfigConsistent) {
+  auto nem = slm::synthetic::shape_config(slm_test::test_data("golden/hf/nemotron_h").string());
+  ASSERT_TRUE(nem.ok());
+  auto cut = slm::synthetic::with_layers(*nem, 4);
+  ASSERT_TRUE(cut.ok());
+  EXPECT_EQ(*slm::synthetic::layer_count(*cut), 4u);
+  auto c = slm::model_config::from_json(*cut);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->n_layers, 4u);
+  auto grown = slm::synthetic::with_layers(*nem, 9);  // the list repeats
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ((*grown)["layers_block_type"].size(), 9u);
+  EXPECT_EQ((*grown)["layers_block_type"][6].as_string(), (*nem)["layers_block_type"][0].as_string());
+
+  auto moe = slm::synthetic::shape_config("qwen3-30b-a3b");
+  ASSERT_TRUE(moe.ok());
+  EXPECT_EQ(*slm::synthetic::layer_count(*moe), 48u);
+  auto two = slm::synthetic::with_layers(*moe, 2);
+  ASSERT_TRUE(two.ok());
+  auto specs = slm::synthetic::checkpoint_tensors(*two);
+  ASSERT_TRUE(specs.ok());
+  std::uint64_t params = 0;
+  for (const auto& t : *specs) params += t.elements();
+  // 2 x (128 experts x 3 x 2048 x 768 + attention 2048 x (4096 + 2 x 512 + 4096)) + 2 x 151936 x 2048
+  EXPECT_EQ(params, 2 * (128ull * 3 * 2048 * 768 + 2048ull * (4096 + 512 + 512) + 4096ull * 2048 + 128 * 2048 +
+                         2 * 2048 + 2 * 128) +
+                        2 * 151936ull * 2048 + 2048);
+  EXPECT_FALSE(slm::synthetic::with_layers(*moe, 0).ok());
+  for (const slm::synthetic::preset& p : slm::synthetic::presets()) {
+    SCOPED_TRACE(std::string(p.name));
+    auto cfg = slm::synthetic::shape_config(p.name);
+    ASSERT_TRUE(cfg.ok()) << cfg.error().message();
+    EXPECT_TRUE(slm::synthetic::checkpoint_tensors(*cfg).ok());
+  }
+  auto none = slm::synthetic::shape_config("no-such-shape");
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message().find("qwen3-0.6b"), std::string::npos) << none.error().message();
+}
+
+TEST(Synthetic, SummaryIsMedianAndSpread) {
+  const slm::summary s = slm::summarize({4.0, 1.0, 2.0});
+  EXPECT_EQ(s.median, 2.0);
+  EXPECT_EQ(s.spread, 1.5);
+  EXPECT_EQ(s.runs, 3u);
+  EXPECT_EQ(slm::summarize({1.0, 3.0}).median, 2.0);
+  EXPECT_EQ(slm::summarize({}).median, 0.0);
 }
 
 }  // namespace

@@ -27,6 +27,7 @@ namespace slm {
 struct compute_context {
   executor_ref ex;
   std::uint64_t weight_bytes = 0;  // weight bytes streamed by linear::apply
+  std::uint64_t product_flops = 0;  // 2 T out in of every weight product (attention scores not counted)
   const cancellation* cancel = nullptr;
   // Activations of products with NVFP4/MXFP4 weights. bf16 (the default) is W4A16 as GPU
   // stacks run it: x rounded to bf16 once per product, weights exact, f32 sums
@@ -94,6 +95,7 @@ SLM_INLINE status linear::apply(const float* x, std::size_t T, std::size_t ldx, 
                                 compute_context& cx) const {
   SLM_TRY(matmul(w, x, T, ldx, y, ldy, cx.ex, isa::best, product_precision(w, cx)));
   cx.weight_bytes += weight_bytes(w);
+  cx.product_flops += 2 * static_cast<std::uint64_t>(T) * w.rows * w.cols;
   if (!bias.empty())
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t o = 0; o < out(); ++o) y[t * ldy + o] += bias[o];

@@ -248,6 +248,7 @@ struct basic_mla_attention {
                        product_precision(*wv, cx)));
       }
       cx.weight_bytes += weight_bytes(kv_b.w);
+      cx.product_flops += 2 * static_cast<std::uint64_t>(T) * H * (nope + v_dim) * kv_lora;  // both halves of kv_b
       return o.apply(heads, T, out, cx);                            // [T, H*v] x [H*v, d] -> [T, d]
     }
     // Expanded: every cached latent through kv_b.
