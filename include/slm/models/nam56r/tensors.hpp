@@ -216,7 +216,7 @@ SLM_INLINE result<std::vector<tensor_spec>> nam56r_checkpoint_tensors(const json
     // Production checkpoints keep the table and up_proj at their zero initialisation (no
     // structure ids in the training data, spec §2.1), and the loader then skips the term.
     add(x + ".stacked_emb.weight", {s.total_vocab(), s.bottleneck}, fill::zeros);
-    norm(x + ".component_scales", s.num_active());
+    add(x + ".component_scales", {s.num_active()}, fill::ones);  // gains (0.5 in training)
     add(x + ".up_proj.weight", {d, s.bottleneck}, fill::zeros);
   }
   for (std::size_t i = 0; i < c.num_layers; ++i) {
