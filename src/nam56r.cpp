@@ -11,6 +11,7 @@
 #include "slm/models/nam56r/bind.hpp"
 #include "slm/models/nam56r/pattern.hpp"
 #include "slm/models/nam56r/model.hpp"
+#include "slm/models/nam56r/tensors.hpp"
 #include "slm/models/nanochat/bind.hpp"
 #include "slm/models/nanochat/block.hpp"
 #include "slm/models/nanochat/mamba.hpp"

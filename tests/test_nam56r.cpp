@@ -3,7 +3,9 @@
 // Mamba-3 MIMO, M2RNN, n-gram hash, 2 MTP depths) checked for prefill == decode == chunked
 // prefill, exact rollback, MTP prefill == step; MoE routing and the DSA top-k against plain
 // scalar re-computations; the DSA scoring / sparse attention against cppmega's golden data;
-// the committed tiny model dir against its generator; bad configs, tensors and inputs.
+// the committed tiny model dir against its generator; bad configs, tensors and inputs;
+// the tensor list of a config (models/nam56r/tensors.hpp) against the committed checkpoints,
+// a checkpoint written from it loading and running, and the H200 benchmark preset.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,6 +29,7 @@
 #include "slm/formats/convert.hpp"
 #include "slm/models/hf/model.hpp"
 #include "slm/models/nam56r/model.hpp"
+#include "slm/models/nam56r/tensors.hpp"
 #include "slm/models/nanochat/model.hpp"
 #include "slm/models/specialist.hpp"
 #include "slm/io/safetensors.hpp"
@@ -1379,4 +1382,277 @@ TEST(Nam56r, ConfigAndTensorsMustAgree) {
                                      {"decoder.layers.2.norm.weight", "I32"}));
     fs::remove_all(dir);
   }
+}
+
+// ---- The tensor list of a config (models/nam56r/tensors.hpp) ----
+
+namespace {
+
+using slm::tensor_spec;
+
+slm::json::value parse_json(std::string_view text) {
+  auto j = slm::json::parse(text);
+  EXPECT_TRUE(j.ok()) << (j.ok() ? "" : j.error().message());
+  return j.ok() ? std::move(*j) : slm::json::value();
+}
+
+// The spec list equals the checkpoint's tensors: the same names, and per name the same
+// shape and element type. A quantized matrix (slm quantize: NVFP4 bytes beside
+// .weight_scale / .weight_scale_2 tensors) stands for the bf16 one the list names: its
+// logical [rows, cols] as the loader reads it must match, and its scales are not in the list.
+void expect_matches(const slm::checkpoint& ck) {
+  SCOPED_TRACE(ck.dir().string());
+  auto specs = slm::nam56r_checkpoint_tensors(ck.config());
+  ASSERT_TRUE(specs.ok()) << specs.error().message();
+  auto is_scale = [](std::string_view n) {
+    return n.find(".weight_scale") != std::string_view::npos || n.find(".weight_global_scale") != std::string_view::npos ||
+           n.find(".input_scale") != std::string_view::npos;
+  };
+  std::set<std::string> stored, listed;
+  for (const auto& e : ck.tensors())
+    if (!is_scale(e.name)) stored.insert(std::string(e.name));
+  std::size_t quantized = 0;
+  for (const tensor_spec& s : *specs) {
+    EXPECT_TRUE(listed.insert(s.name).second) << "listed twice: " << s.name;
+    const auto* e = ck.find(s.name);
+    if (!e) {
+      ADD_FAILURE() << "listed but not stored: " << s.name;
+      continue;
+    }
+    const auto& info = ck.info(*e);
+    const std::vector<std::int64_t> have(info.shape.dims().begin(), info.shape.dims().end());
+    if (info.type == s.type) {
+      EXPECT_EQ(have, s.shape) << s.name;
+      continue;
+    }
+    // Not the listed type: only a quantized matrix may differ, in its stored layout.
+    ASSERT_EQ(s.type, slm::dtype::bf16) << s.name;
+    ASSERT_EQ(s.shape.size(), 2u) << s.name << " is stored as " << slm::safetensors_name(info.type);
+    const std::size_t at = s.name.rfind(".weight");
+    ASSERT_NE(at, std::string::npos) << s.name;
+    auto w = slm::load_linear_weight(ck, std::string_view(s.name).substr(0, at), std::string_view(s.name).substr(at + 7));
+    ASSERT_TRUE(w.ok()) << w.error().message();
+    EXPECT_EQ(static_cast<std::int64_t>(w->rows), s.shape[0]) << s.name;
+    EXPECT_EQ(static_cast<std::int64_t>(w->cols), s.shape[1]) << s.name;
+    ++quantized;
+  }
+  for (const std::string& n : stored) EXPECT_TRUE(listed.count(n)) << "stored but not listed: " << n;
+  EXPECT_EQ(listed.size(), stored.size());
+  std::printf("[ figures  ] %s: %zu tensors match the list (%zu quantized)\n", ck.dir().filename().string().c_str(),
+              listed.size(), quantized);
+}
+
+// A checkpoint written from the list: config.json as given, random bf16 weights (uniform
+// with variance 1 / fan-in), ones / zeros / the given values elsewhere, I64 tables as listed.
+slm::status write_synthetic(const fs::path& dir, const slm::json::value& config) {
+  auto specs = slm::nam56r_checkpoint_tensors(config);
+  if (!specs.ok()) return std::move(specs).take_error();
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json", std::ios::binary) << slm::json::dump(config);
+  slm::safetensors::writer w;
+  for (const tensor_spec& s : *specs) {
+    auto shape = slm::shape::from(s.shape);
+    if (!shape.ok()) return std::move(shape).take_error();
+    SLM_TRY(w.plan(s.name, s.type, *shape));
+  }
+  auto stream = w.begin_stream(dir / "model.safetensors");
+  if (!stream.ok()) return std::move(stream).take_error();
+  std::vector<std::byte> bytes;
+  rng r{11};
+  while (!stream->done()) {
+    const std::string name(stream->next_name());
+    const auto it = std::find_if(specs->begin(), specs->end(), [&](const tensor_spec& s) { return s.name == name; });
+    const std::size_t n = static_cast<std::size_t>(it->elements());
+    if (it->type == slm::dtype::i64) {
+      EXPECT_EQ(it->init, tensor_spec::fill::values) << name;
+      bytes.resize(n * 8);
+      std::memcpy(bytes.data(), it->values.data(), bytes.size());
+    } else {
+      EXPECT_EQ(it->type, slm::dtype::bf16) << name;
+      if (it->init == tensor_spec::fill::values) {
+        EXPECT_EQ(it->values.size(), n) << name;
+      }
+      const float a = std::sqrt(3.0f / static_cast<float>(it->shape.back()));
+      bytes.resize(n * 2);
+      for (std::size_t i = 0; i < n; ++i) {
+        float v = 0.0f;
+        switch (it->init) {
+          case tensor_spec::fill::weight: v = a * r.uniform(); break;
+          case tensor_spec::fill::ones: v = 1.0f; break;
+          case tensor_spec::fill::zeros: v = 0.0f; break;
+          case tensor_spec::fill::values: v = static_cast<float>(it->values[i]); break;
+        }
+        const std::uint16_t h = slm::f32_to_bf16(v);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    SLM_TRY(stream->append(name, bytes));
+  }
+  return stream->finish();
+}
+
+std::uint64_t count_params(const std::vector<tensor_spec>& t, std::string_view prefix = {}, bool with = true) {
+  std::uint64_t n = 0;
+  for (const tensor_spec& s : t)
+    if ((s.name.rfind(prefix, 0) == 0) == with) n += s.elements();
+  return n;
+}
+
+// The production H200 NAM56R (spec nam56r.md §1.2, §1.3): the benchmark's preset.
+const char* const h200_config = R"({
+  "model_type": "nam56r", "format_version": 1,
+  "vocab_size": 131072, "padded_vocab_size": 131072,
+  "hidden_size": 4096, "num_layers": 52,
+  "hybrid_pattern": "AEMEAEMEAEMR", "dsa_a_layer_ranks": [1, 2, 3, 5, 6, 7, 9, 10, 11], "mtp_num_layers": 2,
+  "layernorm_epsilon": 1e-5, "max_position_embeddings": 4096, "ffn_hidden_size": 21504, "activation": "gelu",
+  "num_attention_heads": 32, "q_lora_rank": 64, "kv_lora_rank": 64, "qk_head_dim": 64, "qk_pos_emb_head_dim": 64, "v_head_dim": 64, "rotary_base": 10000,
+  "dsa_indexer_n_heads": 32, "dsa_indexer_head_dim": 64, "dsa_indexer_topk": 256, "dsa_index_cache": "causal", "dsa_index_cache_full_ranks": [0, 3, 6],
+  "num_moe_experts": 16, "moe_router_topk": 4, "moe_ffn_hidden_size": 896, "moe_shared_expert_intermediate_size": 1024, "moe_router_score_function": "softmax",
+  "mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_expand": 2, "mamba_num_groups": 8, "mamba3_mimo_rank": 4, "mamba3_rope_fraction": 0.5, "mamba3_a_floor": 1e-4, "mamba3_a_activation": "softplus",
+  "m2rnn_k_head_dim": 64, "m2rnn_v_head_dim": 16, "m2rnn_num_heads": 51, "m2rnn_conv_kernel": 4,
+  "ngram_hash": {"orders": [2, 3], "num_heads": 8, "table_size": 500000, "embed_dim": 16},
+  "structure_embedding": {"components": "core", "bottleneck": 64}
+})";
+
+}  // namespace
+
+// The list of the committed tiny model's config is exactly its checkpoint: names, shapes, types.
+TEST(Nam56rTensors, MatchTheTinyCheckpoint) {
+  auto ck = slm::checkpoint::open(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  expect_matches(*ck);
+}
+
+// And of every bundled NAM56R model (NVFP4-quantized: matrices compared by their logical shape).
+TEST(Nam56rTensors, MatchTheBundledModels) {
+  std::size_t n = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(SLM_MODELS_DIR))) {
+    if (!fs::exists(entry.path() / "model.safetensors")) continue;
+    auto ck = slm::checkpoint::open(entry.path());
+    ASSERT_TRUE(ck.ok()) << ck.error().message();
+    if (ck->model_type() != "nam56r") continue;
+    expect_matches(*ck);
+    ++n;
+  }
+  EXPECT_GE(n, 1u);
+}
+
+// A checkpoint written from the list loads (every listed tensor is read, none is left
+// over) and runs to finite logits, for the tiny config and for configs that switch on the
+// optional parts: sigmoid routing (expert_bias), the structure embedding, IndexCache,
+// attention layers stored bare, M2RNN without conv, no n-gram hash, no MTP, a short depth.
+TEST(Nam56rTensors, WrittenCheckpointLoadsAndRuns) {
+  auto ck = slm::checkpoint::open(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  const slm::json::value tiny = ck->config();
+  auto with = [&](std::initializer_list<std::pair<const char*, slm::json::value>> edits) {
+    slm::json::value c = tiny;
+    for (const auto& [key, v] : edits) c.set(key, v);
+    return c;
+  };
+  auto list = [](std::initializer_list<std::int64_t> xs) {
+    slm::json::value a = slm::json::value::make_array();
+    for (std::int64_t x : xs) a.push_back(x);
+    return a;
+  };
+  const std::pair<const char*, slm::json::value> variants[] = {
+      {"tiny", tiny},
+      {"optional parts",
+       with({{"moe_router_score_function", "sigmoid"},
+             {"structure_embedding", parse_json(R"({"components": "all", "bottleneck": 8})")},
+             {"dsa_index_cache", "causal"},
+             {"dsa_index_cache_full_ranks", list({0})},
+             {"attention_layers_without_input_norm", list({0, 8})},
+             {"mtp_attention_layers_without_input_norm", list({1})},
+             {"m2rnn_conv_kernel", 0}})},
+      {"no n-gram hash, no MTP, 4 layers",
+       with({{"ngram_hash", nullptr}, {"mtp_num_layers", 0}, {"num_layers", 4}, {"dsa_a_layer_ranks", list({0})}})},
+      {"R layers by number, no shared expert",
+       with({{"r_layer_numbers", list({3, 12})}, {"moe_shared_expert_intermediate_size", 0}})},
+  };
+  for (std::size_t i = 0; i < std::size(variants); ++i) {
+    const auto& [label, config] = variants[i];
+    SCOPED_TRACE(label);
+    slm_test::temp_dir dir("variant" + std::to_string(i));
+    const auto st = write_synthetic(dir.path(), config);
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto m = nam56r_model::load(dir.path());
+    ASSERT_TRUE(m.ok()) << m.error().message();
+    const auto ids = some_ids(12, m->vocab());
+    const auto logits = run_chunks(*m, ids, {12});
+    ASSERT_EQ(logits.size(), 12 * m->vocab());
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    float lo = logits[0], hi = logits[0];
+    for (float v : logits) lo = std::min(lo, v), hi = std::max(hi, v);
+    EXPECT_LT(lo, hi);  // not a constant: the weights reach the logits
+    // One token at a time gives the same logits (each part runs its decode path too).
+    const auto steps = run_chunks(*m, ids, std::vector<std::size_t>(12, 1));
+    EXPECT_LT(slm_test::rel_err(steps.data(), logits.data(), logits.size()), 1e-4);
+  }
+}
+
+// A config the loader refuses is refused with its error; sizes it accepts but no writer
+// could hold are refused by the list's own limits; nothing crashes.
+TEST(Nam56rTensors, BadConfigIsAnError) {
+  auto ck = slm::checkpoint::open(slm_test::test_data("nam56r/tiny"));
+  ASSERT_TRUE(ck.ok()) << ck.error().message();
+  auto with = [&](const char* key, slm::json::value v) {
+    slm::json::value c = ck->config();
+    c.set(key, std::move(v));
+    return slm::nam56r_checkpoint_tensors(c);
+  };
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r_checkpoint_tensors(slm::json::value(3)), slm::errc::format_error,
+                                   {"not a JSON object"}));
+  EXPECT_TRUE(slm_test::fails_with(with("model_type", "llama"), slm::errc::invalid_argument, {"model_type"}));
+  EXPECT_TRUE(slm_test::fails_with(with("hybrid_pattern", "AEMG"), slm::errc::unsupported, {"Gated DeltaNet"}));
+  EXPECT_TRUE(slm_test::fails_with(with("hidden_size", "wide"), slm::errc::format_error, {"hidden_size"}));
+  EXPECT_TRUE(slm_test::fails_with(with("num_layers", 4), slm::errc::out_of_range, {"dsa_a_ranks", "rank 1"}));
+  EXPECT_TRUE(slm_test::fails_with(with("mamba_head_dim", 5), slm::errc::invalid_argument, {"mamba"}));
+  EXPECT_TRUE(slm_test::fails_with(
+      with("ngram_hash", parse_json(R"({"orders": [2, 9], "num_heads": 2, "table_size": 31, "embed_dim": 4})")),
+      slm::errc::invalid_argument, {"ngram_hash", "order 9"}));
+  EXPECT_TRUE(slm_test::fails_with(with("hidden_size", std::int64_t{1} << 30), slm::errc::out_of_range,
+                                   {"hidden_size", "limit"}));
+  EXPECT_TRUE(slm_test::fails_with(with("num_moe_experts", 1 << 20), slm::errc::out_of_range, {"num_moe_experts"}));
+  slm::json::value huge = ck->config();  // 2^40 rows of 2^10: 2^50 elements
+  huge.set("padded_vocab_size", std::int64_t{1} << 40);
+  huge.set("hidden_size", 1024);
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r_checkpoint_tensors(huge), slm::errc::out_of_range,
+                                   {"embedding.word_embeddings.weight", "2^48"}));
+}
+
+// The benchmark's preset at the spec's H200 dimensions: its list, its size, and the
+// 4-layer cut: the DSA ranks and IndexCache's full ranks must follow the depth (4 layers
+// of the pattern hold one A layer); the MTP depths need no change.
+TEST(Nam56rTensors, H200Preset) {
+  const slm::json::value config = parse_json(h200_config);
+  auto t = slm::nam56r_checkpoint_tensors(config);
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  const std::uint64_t all = count_params(*t), mtp = count_params(*t, "mtp.");
+  const std::uint64_t ngram = count_params(*t, "embedding.cppmega_ngram_hash.");
+  const std::uint64_t word = count_params(*t, "embedding.word_embeddings."), head = count_params(*t, "output_layer.");
+  std::printf("[ figures  ] H200 NAM56R: %zu tensors, %.4f B parameters: main %.4f B (n-gram tables %.4f B, "
+              "embedding + output %.4f B), MTP %.4f B\n",
+              t->size(), static_cast<double>(all) * 1e-9, static_cast<double>(all - mtp) * 1e-9,
+              static_cast<double>(ngram) * 1e-9, static_cast<double>(word + head) * 1e-9,
+              static_cast<double>(mtp) * 1e-9);
+  EXPECT_GT(all - mtp, 5'500'000'000u);
+  EXPECT_LT(all - mtp, 6'500'000'000u);
+
+  slm::json::value cut = config;
+  cut.set("num_layers", 4);
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r_checkpoint_tensors(cut), slm::errc::out_of_range,
+                                   {"dsa_a_ranks", "rank 1", "1 A layers"}));
+  slm::json::value rank0 = slm::json::value::make_array();
+  rank0.push_back(0);
+  cut.set("dsa_a_layer_ranks", rank0);  // the one A layer is DSA
+  EXPECT_TRUE(slm_test::fails_with(slm::nam56r_checkpoint_tensors(cut), slm::errc::out_of_range,
+                                   {"dsa_index_cache_full_ranks", "1 DSA layers"}));
+  cut.set("dsa_index_cache_full_ranks", rank0);  // IndexCache: the one DSA layer runs its indexer
+  auto t4 = slm::nam56r_checkpoint_tensors(cut);
+  ASSERT_TRUE(t4.ok()) << t4.error().message();
+  const std::uint64_t all4 = count_params(*t4), mtp4 = count_params(*t4, "mtp.");
+  std::printf("[ figures  ] H200 NAM56R cut to 4 layers: %zu tensors, %.4f B parameters (main %.4f B, MTP %.4f B)\n",
+              t4->size(), static_cast<double>(all4) * 1e-9, static_cast<double>(all4 - mtp4) * 1e-9,
+              static_cast<double>(mtp4) * 1e-9);
 }
