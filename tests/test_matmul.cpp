@@ -569,3 +569,19 @@ TEST(KernelBench, CasesInPrintOrder) {
   EXPECT_EQ(only[2].label, "nvfp4_bf16act");
   EXPECT_TRUE(slm::kernel_bench_cases(false, "nvfp").empty());  // whole labels only
 }
+
+// The read-bandwidth probe on buffers that are not a whole number of its four-stream
+// blocks, on one thread and several: every pass stays inside the buffer (ASan checks the
+// reads) and gives a finite positive rate.
+TEST(Probes, ReadBandwidthOnOddSizes) {
+  auto pool = slm::thread_pool::create(3);
+  ASSERT_TRUE(pool.ok());
+  slm::serial_executor one;
+  for (std::size_t bytes : {std::size_t{8}, std::size_t{256}, std::size_t{8 * 1000 + 24}, std::size_t{(1 << 20) + 8}}) {
+    SCOPED_TRACE(bytes);
+    for (const double bw : {slm::probe_read_bandwidth(one, bytes, 1), slm::probe_read_bandwidth(*pool, bytes, 1)}) {
+      EXPECT_GT(bw, 0.0);
+      EXPECT_TRUE(std::isfinite(bw));
+    }
+  }
+}

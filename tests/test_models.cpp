@@ -26,6 +26,7 @@
 
 #include "slm/models/hf/model.hpp"
 #include "slm/models/inspect.hpp"
+#include "slm/models/any_model.hpp"
 #include "slm/models/synthetic.hpp"
 #include "slm/generate/throughput.hpp"
 #include "slm/io/safetensors.hpp"
@@ -479,25 +480,31 @@ TEST(Synthetic, TensorListsMatchTheGoldensOwnFiles) {
 }
 
 // A written checkpoint loads and runs, for a dense, an MoE, an MLA/DSA and a Mamba-2
-// family, and the same config gives the same bytes whatever the thread count.
+// family, and NAM56R cut to 5 layers (MLA, DSA, MoE, Mamba-3, MTP), and the same config
+// gives the same bytes whatever the thread count.
 TEST(Synthetic, WrittenCheckpointsLoadAndRun) {
-  for (const char* arch : {"qwen3", "qwen3_moe", "deepseek_v32", "nemotron_h"}) {
+  for (const char* arch : {"golden/hf/qwen3", "golden/hf/qwen3_moe", "golden/hf/deepseek_v32", "golden/hf/nemotron_h",
+                           "nam56r/tiny"}) {
     SCOPED_TRACE(arch);
-    auto cfg = slm::synthetic::shape_config(slm_test::test_data(std::string("golden/hf/") + arch).string());
+    auto cfg = slm::synthetic::shape_config(slm_test::test_data(arch).string());
     ASSERT_TRUE(cfg.ok()) << cfg.error().message();
-    slm_test::temp_dir dir{arch};
+    if (std::string_view(arch) == "nam56r/tiny") cfg = slm::synthetic::with_layers(*cfg, 5);
+    ASSERT_TRUE(cfg.ok()) << cfg.error().message();
+    slm_test::temp_dir dir{std::string(arch).substr(std::string(arch).rfind('/') + 1)};
     slm::serial_executor one;
-    ASSERT_TRUE(slm::synthetic::write_checkpoint(dir / "a", *cfg, one).ok());
+    const slm::status wa = slm::synthetic::write_checkpoint(dir / "a", *cfg, one);
+    ASSERT_TRUE(wa.ok()) << wa.message();
     auto pool = slm::thread_pool::create(3);
     ASSERT_TRUE(pool.ok());
-    ASSERT_TRUE(slm::synthetic::write_checkpoint(dir / "b", *cfg, *pool).ok());
+    const slm::status wb = slm::synthetic::write_checkpoint(dir / "b", *cfg, *pool);
+    ASSERT_TRUE(wb.ok()) << wb.message();
     auto bytes = [&](const char* sub) {
       auto b = slm::read_file_prefix(dir / sub / "model.safetensors", std::size_t{1} << 30);
       return b.ok() ? *b : std::string();
     };
     EXPECT_FALSE(bytes("a").empty());
     EXPECT_EQ(bytes("a"), bytes("b"));
-    auto m = slm::model::load(dir / "a");
+    auto m = slm::any_model::load(dir / "a");
     ASSERT_TRUE(m.ok()) << m.error().message();
     slm::compute_context cx{one};
     auto t = slm::measure_throughput(*m, 6, 3, slm::session_options{}, cx);
@@ -510,7 +517,9 @@ TEST(Synthetic, WrittenCheckpointsLoadAndRun) {
   }
 }
 
-// with_layers cuts the depth and every per-layer list follows; the config still loads.
+// with_layers cuts the depth and every per-layer list follows; the config still lists its
+// tensors (and, for the tiny NAM56R, still loads and runs: tests/test_nam56r.cpp checks the
+// NAM56R list against real checkpoints).
 TEST(Synthetic, DepthCutKeepsTheConfigConsistent) {
   auto nem = slm::synthetic::shape_config(slm_test::test_data("golden/hf/nemotron_h").string());
   ASSERT_TRUE(nem.ok());
@@ -545,6 +554,23 @@ TEST(Synthetic, DepthCutKeepsTheConfigConsistent) {
     ASSERT_TRUE(cfg.ok()) << cfg.error().message();
     EXPECT_TRUE(slm::synthetic::checkpoint_tensors(*cfg).ok());
   }
+  // NAM56R: the DSA ranks and IndexCache's full ranks follow the A layers that remain.
+  auto nam = slm::synthetic::shape_config("nam56r");
+  ASSERT_TRUE(nam.ok());
+  for (std::size_t depth : {1, 4, 5, 12, 13}) {
+    SCOPED_TRACE(depth);
+    auto d = slm::synthetic::with_layers(*nam, depth);
+    ASSERT_TRUE(d.ok()) << d.error().message();
+    auto specs = slm::synthetic::checkpoint_tensors(*d);
+    ASSERT_TRUE(specs.ok()) << specs.error().message();
+  }
+  auto twelve = slm::synthetic::with_layers(*nam, 12);  // AEMEAEMEAEMR: A-ranks 0 1 2, DSA 1 2
+  EXPECT_EQ((*twelve)["dsa_a_layer_ranks"].size(), 2u);
+  EXPECT_EQ((*twelve)["dsa_index_cache_full_ranks"].size(), 1u);  // [0]
+  auto four = slm::synthetic::with_layers(*nam, 4);  // AEME: one A layer, rank 0, dense MLA
+  EXPECT_EQ((*four)["dsa_a_layer_ranks"].size(), 0u);
+  EXPECT_EQ((*four)["dsa_index_cache"].as_string(), "off");
+
   auto none = slm::synthetic::shape_config("no-such-shape");
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error().message().find("qwen3-0.6b"), std::string::npos) << none.error().message();

@@ -21,6 +21,7 @@
 #pragma once
 #include "slm/core/build_mode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -39,6 +40,8 @@
 #include "slm/io/safetensors.hpp"
 #include "slm/models/hf/config.hpp"
 #include "slm/models/hf/tensors.hpp"
+#include "slm/models/nam56r/pattern.hpp"
+#include "slm/models/nam56r/tensors.hpp"
 #include "slm/models/tensor_spec.hpp"
 
 namespace slm::synthetic {
@@ -64,7 +67,10 @@ result<std::size_t> layer_count(const json::value& config);
 // The config with its depth cut (or grown) to `layers`: the layer count and every
 // per-layer list (layer_types, mlp_layer_types, layers_block_type,
 // hybrid_override_pattern: the first `layers` entries, the list repeated when it is
-// shorter); mlp_only_layers past the new depth dropped.
+// shorter); mlp_only_layers past the new depth dropped. NAM56R: the pattern tiles to the
+// new depth by itself; the DSA A-ranks beyond its A layers are dropped, IndexCache keeps
+// its full ranks that remain (rank 0 at least, or "off" without a DSA layer), and layer
+// numbers past the depth (r_layer_numbers, the bare attention layers) are dropped.
 result<json::value> with_layers(const json::value& config, std::size_t layers);
 
 // The tensors a checkpoint of this config holds (the family's list).
@@ -122,6 +128,21 @@ SLM_INLINE std::span<const preset> presets() {
  "num_hidden_layers": 48, "state_size": 128, "expand": 2, "head_dim": 64, "num_heads": 32, "n_groups": 1,
  "conv_kernel": 4, "chunk_size": 256, "vocab_size": 50288, "tie_word_embeddings": true, "layer_norm_epsilon": 1e-05,
  "rms_norm": true, "use_conv_bias": true, "use_bias": false, "residual_in_fp32": true, "torch_dtype": "bfloat16"})"},
+      {"nam56r", "NAM56R (spec nam56r.md, H200): 52 layers AEMEAEMEAEMR, d 4096, MLA/DSA (IndexCache), 16 experts top-4, "
+                 "Mamba-3 MIMO, M2RNN, n-gram hash, 2 MTP depths; 5.9 B + 0.44 B MTP",
+       R"({"model_type": "nam56r", "format_version": 1, "vocab_size": 131072, "padded_vocab_size": 131072,
+ "hidden_size": 4096, "num_layers": 52, "hybrid_pattern": "AEMEAEMEAEMR",
+ "dsa_a_layer_ranks": [1, 2, 3, 5, 6, 7, 9, 10, 11], "mtp_num_layers": 2, "layernorm_epsilon": 1e-5,
+ "max_position_embeddings": 65536, "ffn_hidden_size": 21504, "activation": "gelu", "num_attention_heads": 32,
+ "q_lora_rank": 64, "kv_lora_rank": 64, "qk_head_dim": 64, "qk_pos_emb_head_dim": 64, "v_head_dim": 64,
+ "rotary_base": 10000, "dsa_indexer_n_heads": 32, "dsa_indexer_head_dim": 64, "dsa_indexer_topk": 256,
+ "dsa_index_cache": "causal", "dsa_index_cache_full_ranks": [0, 3, 6], "num_moe_experts": 16, "moe_router_topk": 4,
+ "moe_ffn_hidden_size": 896, "moe_shared_expert_intermediate_size": 1024, "moe_router_score_function": "softmax",
+ "mamba_state_dim": 128, "mamba_head_dim": 64, "mamba_expand": 2, "mamba_num_groups": 8, "mamba3_mimo_rank": 4,
+ "mamba3_rope_fraction": 0.5, "mamba3_a_floor": 1e-4, "mamba3_a_activation": "softplus",
+ "m2rnn_k_head_dim": 64, "m2rnn_v_head_dim": 16, "m2rnn_num_heads": 51, "m2rnn_conv_kernel": 4,
+ "ngram_hash": {"orders": [2, 3], "num_heads": 8, "table_size": 500000, "embed_dim": 16},
+ "structure_embedding": {"components": "core", "bottleneck": 64}})"},
   };
   return list;
 }
@@ -171,16 +192,37 @@ SLM_INLINE result<json::value> with_layers(const json::value& config, std::size_
     for (std::size_t i = 0; i < layers; ++i) cut[i] = p[i % p.size()];
     c.set("hybrid_override_pattern", json::value(std::move(cut)));
   }
-  if (const json::value* m = config.find("mlp_only_layers"); m && m->is_array()) {
+  // The entries of a list of integers below `limit`.
+  auto below = [&](const char* key, std::uint64_t limit) -> std::size_t {
+    const json::value* m = c.find(key);
+    if (!m || !m->is_array()) return 0;
     json::value kept = json::value::make_array();
     for (const json::value& v : m->items())
-      if (auto n = v.as_uint64(); n && *n < layers) kept.push_back(v);
-    c.set("mlp_only_layers", std::move(kept));
+      if (auto n = v.as_uint64(); n && *n < limit) kept.push_back(v);
+    const std::size_t n = kept.size();
+    c.set(key, std::move(kept));
+    return n;
+  };
+  below("mlp_only_layers", layers);
+  if (config.get_string("model_type") == "nam56r") {
+    auto symbols = expand_nam56r_symbols(config.get_string("hybrid_pattern", "AEMEAEMEAEMR"), layers);
+    if (!symbols.ok()) return std::move(symbols).take_error();
+    const auto a_layers = static_cast<std::size_t>(std::count(symbols->begin(), symbols->end(), 'A'));
+    const std::size_t dsa = below("dsa_a_layer_ranks", a_layers);
+    below("dsa_index_cache_full_ranks", dsa);
+    if (dsa == 0) c.set("dsa_index_cache", json::value("off"));
+    if (const json::value* f = c.find("dsa_index_cache_full_ranks"); dsa > 0 && f && f->size() == 0) {
+      json::value zero = json::value::make_array();
+      zero.push_back(json::value(std::int64_t{0}));
+      c.set("dsa_index_cache_full_ranks", std::move(zero));
+    }
+    for (const char* key : {"r_layer_numbers", "attention_layers_without_input_norm"}) below(key, layers + 1);
   }
   return c;
 }
 
 SLM_INLINE result<std::vector<tensor_spec>> checkpoint_tensors(const json::value& config) {
+  if (config.get_string("model_type") == "nam56r") return nam56r_checkpoint_tensors(config);
   auto c = model_config::from_json(config);
   if (!c.ok()) return std::move(c).take_error();
   return hf::checkpoint_tensors(*c);
@@ -213,15 +255,19 @@ SLM_INLINE status write_checkpoint(const std::filesystem::path& dir, const json:
     if (!s) return make_error(errc::invalid_argument, "the writer asks for an unknown tensor ", name);
     const std::uint64_t n = s->elements();
     if (s->init == tensor_spec::fill::values) {
-      if (s->values.size() != n || (s->type != dtype::i64 && s->type != dtype::i32))
-        return make_error(errc::invalid_argument, "tensor ", name, ": ", s->values.size(), " values for ", n, " elements of ",
-                          safetensors_name(s->type));
+      if (s->values.size() != n || (s->type != dtype::i64 && s->type != dtype::i32 && s->type != dtype::bf16))
+        return make_error(errc::invalid_argument, "tensor ", name, ": ", s->values.size(), " values for ", n,
+                          " elements of ", safetensors_name(s->type));
       bytes.resize(n * size_of(s->type));
       for (std::uint64_t i = 0; i < n; ++i) {  // little-endian, as every target slm builds for
-        if (s->type == dtype::i64) std::memcpy(bytes.data() + 8 * i, &s->values[i], 8);
-        else {
+        if (s->type == dtype::i64) {
+          std::memcpy(bytes.data() + 8 * i, &s->values[i], 8);
+        } else if (s->type == dtype::i32) {
           const auto v = static_cast<std::int32_t>(s->values[i]);
           std::memcpy(bytes.data() + 4 * i, &v, 4);
+        } else {
+          const std::uint16_t v = f32_to_bf16(static_cast<float>(s->values[i]));
+          std::memcpy(bytes.data() + 2 * i, &v, 2);
         }
       }
     } else {

@@ -17,7 +17,8 @@ namespace slm {
 struct tensor_spec {
   // weight: uniform with variance 1/fan_in (fan_in = the last dimension), so activations
   // keep their scale through the layers; ones / zeros: norms, biases, gains; values: the
-  // contents are given (integer tables, constants a family needs at a particular value).
+  // contents are given (integer tables, and constants a family needs at a particular
+  // value, such as an SSM's time-step bias, stored in `type`).
   enum class fill : std::uint8_t { weight, ones, zeros, values };
 
   std::string name;
