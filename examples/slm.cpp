@@ -144,11 +144,13 @@ constexpr option options[] = {
      "bar on a terminal, a line per quarter otherwise)"},
     {"save-state", "FILE", "run", "after generating, save the session (caches, history, sampler state)"},
     {"load-state", "FILE", "run", "continue a saved session (the prompt, if any, is appended)"},
-    {"speculative", "none|mtp", "run", "none (default) or mtp: draft with the model's MTP heads (NAM56R), verify with "
+    {"speculative", "none|mtp|lookup", "run", "none (default), mtp: draft with the model's MTP heads (NAM56R), or "
+     "lookup: draft by copying what followed the latest earlier occurrence of the last 3, 2 or 1 tokens (any model; "
+     "edits repeat their context); verify with "
      "one main forward, roll back rejected drafts; greedy: the same tokens as plain greedy; sampled: each token "
      "distributed exactly as plain sampling (speculative sampling); the same logit bias, penalties and stops; no "
      "--stream or state files; acceptance figures on stderr", kind::choice},
-    {"draft", "K", "run", "drafts per main forward (default: every MTP depth)", kind::count},
+    {"draft", "K", "run", "drafts per main forward at most (default: every MTP depth; lookup: 8)", kind::count},
 
     {"model", "DIR", "tokenize detokenize", "a directory with tokenizer.json (and optionally tokenizer_config.json)"},
     {"text", "TEXT", "tokenize", "the input; ids are printed space-separated on one line"},
@@ -482,36 +484,45 @@ int cmd_run(const args& a) {
     if (auto s = slm::check_vocabulary(prompt, V); !s.ok())
       return usage_error(slm::cat(ids_mode ? "--prompt-ids: " : "--prompt: ", s.message()));
     slm::compute_context cx = rt->context();
-    if (pick(a, "speculative") == 1) {  // mtp: drafts from the model's MTP heads, plain generation's tokens
-      if constexpr (slm::mtp_session<decltype(m.new_session())>) {
-        if (resume || a.has("save-state"))
-          return usage_error("--speculative mtp does not take --load-state / --save-state");
-        if (stream && !ids_mode) return usage_error("--speculative mtp does not stream: drop --stream");
-        const std::size_t depths = m.config().mtp_num_layers;
-        if (depths == 0)
-          return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
-        const std::size_t k = a.count("draft", depths);
-        if (k > depths) return usage_error(slm::cat("--draft ", k, " exceeds the model's ", depths, " MTP depths"));
-        slm::session_options o = rt->session;
-        o.rollback_tokens = std::max(o.rollback_tokens, k);  // rejected drafts are rolled back
-        auto session = m.new_session(o);
-        // The sampler plain generation uses (generator: vocab_size = the tokenizer's
-        // rows), so bias, penalties, padding rows and non-finite logits are treated alike.
-        slm::sampler_config sc = *sampling;
-        if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
-        if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s);
-        slm::sampler smp(sc);
-        auto r = slm::generate_mtp(session, prompt, k, V, smp, go, t, cx);
-        if (!r.ok()) return fail(r.error());
-        const slm::speculative_stats& st = r->stats;
-        print(r->tokens, r->text);
-        std::fprintf(stderr, "slm: mtp: %zu drafted, %zu accepted (%.1f %%), %.2f tokens per main forward\n",
-                     st.drafted, st.accepted, 100.0 * st.acceptance_rate(), st.tokens_per_forward());
-        return 0;
-      } else {
-        return fail(slm::make_error(slm::errc::unsupported,
-                                    "--speculative mtp: this model has no MTP drafting in slm (NAM56R models do)"));
+    if (const std::size_t source = pick(a, "speculative"); source != 0) {  // mtp or lookup: plain generation's tokens
+      const char* flag = source == 1 ? "--speculative mtp" : "--speculative lookup";
+      if (resume || a.has("save-state")) return usage_error(slm::cat(flag, " does not take --load-state / --save-state"));
+      if (stream && !ids_mode) return usage_error(slm::cat(flag, " does not stream: drop --stream"));
+      slm::speculation spec;
+      spec.source = source == 1 ? slm::draft_source::mtp : slm::draft_source::lookup;
+      spec.draft_tokens = a.count("draft", 8);  // lookup: up to 8 copied tokens per round
+      if (source == 1) {
+        if constexpr (slm::mtp_session<decltype(m.new_session())>) {
+          const std::size_t depths = m.config().mtp_num_layers;
+          if (depths == 0)
+            return fail(slm::make_error(slm::errc::unsupported, "--speculative mtp: the model has no MTP layers"));
+          spec.draft_tokens = a.count("draft", depths);
+          if (spec.draft_tokens > depths)
+            return usage_error(slm::cat("--draft ", spec.draft_tokens, " exceeds the model's ", depths, " MTP depths"));
+        } else {
+          return fail(slm::make_error(slm::errc::unsupported,
+                                      "--speculative mtp: this model has no MTP drafting in slm (NAM56R models do)"));
+        }
       }
+      slm::session_options o = rt->session;
+      o.rollback_tokens = std::max(o.rollback_tokens, spec.draft_tokens);  // rejected drafts are rolled back
+      auto session = m.new_session(o);
+      // The sampler plain generation uses (generator: vocab_size = the tokenizer's
+      // rows), so bias, penalties, padding rows and non-finite logits are treated alike.
+      slm::sampler_config sc = *sampling;
+      if (sc.vocab_size == 0) sc.vocab_size = t ? std::min(V, t->vocab_size()) : V;
+      if (auto s = slm::validate(sc, V); !s.ok()) return usage_error(s);
+      slm::sampler smp(sc);
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = slm::generate_speculative(session, prompt, spec, V, smp, go, t, cx);
+      if (!r.ok()) return fail(r.error());
+      const double seconds = slm::seconds_since(t0);
+      const slm::speculative_stats& st = r->stats;
+      print(r->tokens, r->text);
+      std::fprintf(stderr, "slm: %s: %zu drafted, %zu accepted (%.1f %%), %.2f tokens per main forward; %zu tokens in "
+                   "%.3f s with the prompt\n", source == 1 ? "mtp" : "lookup", st.drafted, st.accepted,
+                   100.0 * st.acceptance_rate(), st.tokens_per_forward(), r->tokens.size(), seconds);
+      return 0;
     }
     slm::generator gen(m.new_session(rt->session), t, V, *sampling);
     if (auto s = gen.validate(); !s.ok()) return usage_error(s);

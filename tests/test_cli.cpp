@@ -888,8 +888,9 @@ TEST(CliPerplexityInput, Errors) {
 // `slm run --speculative mtp` on the bundled NAM56R specialist (one MTP depth) follows
 // plain generation's rules: with a banned token, a strongly favoured one, a repetition
 // penalty and frequency / presence penalties over a short window, greedy MTP prints
-// exactly plain greedy's ids (each option changes them, so ignoring it shows); stop
-// strings cut the text where plain generation does; --stream is refused, not ignored.
+// exactly plain greedy's ids (each option changes them, so ignoring it shows), and so does
+// greedy decoding with lookup drafts; stop strings cut the text where plain generation
+// does; --stream is refused, not ignored.
 TEST(CliSpeculative, MtpGreedyFollowsPlainGenerationRules) {
   slm_test::temp_dir tmp("mtp");
   const std::string model = std::string(SLM_MODELS_DIR) + "/nam56r-cpp-14m";
@@ -924,6 +925,10 @@ TEST(CliSpeculative, MtpGreedyFollowsPlainGenerationRules) {
     EXPECT_NE(plain.out, base.out) << o << " should change the ids";
     EXPECT_EQ(mtp.out, plain.out) << o;
     EXPECT_NE(mtp.err.find("slm: mtp: "), std::string::npos) << mtp.err;
+    const cli_result lookup = run_cli(tmp.path(), ids_run + o + " --speculative lookup --draft 4");
+    ASSERT_EQ(lookup.exit_code, 0) << o << ": " << lookup.err;
+    EXPECT_EQ(lookup.out, plain.out) << o;
+    EXPECT_NE(lookup.err.find("slm: lookup: "), std::string::npos) << lookup.err;
   }
   // Text with a stop string taken from plain greedy's text (stop tokens apply as well).
   const std::string text_run = run + "--prompt 'int main() {' -n 24 ";

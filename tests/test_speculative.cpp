@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "slm/models/any_model.hpp"
 #include "slm/models/nam56r/model.hpp"
 #include "slm/generate/sampling.hpp"
 #include "slm/text/tokenizer.hpp"
@@ -378,6 +379,34 @@ std::vector<double> softmax_of(const float* row, std::size_t n) {
   for (double& x : p) x /= sum;
   return p;
 }
+// The joint distribution of three tokens sampled in turn from row_of's conditionals after
+// `prev`, as cells [a, b, c] of V^3.
+std::vector<double> joint3(void (*row_of)(std::int32_t, float*), std::int32_t prev) {
+  constexpr std::size_t V = soft_toy::V;
+  std::vector<double> e(V * V * V);
+  float row[V];
+  row_of(prev, row);
+  const auto p0 = softmax_of(row, V);
+  for (std::size_t a = 0; a < V; ++a) {
+    row_of(static_cast<std::int32_t>(a), row);
+    const auto p1 = softmax_of(row, V);
+    for (std::size_t b = 0; b < V; ++b) {
+      row_of(static_cast<std::int32_t>(b), row);
+      const auto p2 = softmax_of(row, V);
+      for (std::size_t c = 0; c < V; ++c) e[(a * V + b) * V + c] = p0[a] * p1[b] * p2[c];
+    }
+  }
+  return e;
+}
+// Pearson's statistic of observed counts against expected probabilities over `runs` draws.
+double chi2_of(const std::vector<double>& count, const std::vector<double>& e, int runs) {
+  double x = 0;
+  for (std::size_t i = 0; i < e.size(); ++i) {
+    const double ex = e[i] * runs;
+    x += (count[i] - ex) * (count[i] - ex) / ex;
+  }
+  return x;
+}
 }  // namespace
 
 TEST(Speculative, SampledMtpDrawsExactlyFromTheMainModel) {
@@ -400,32 +429,9 @@ TEST(Speculative, SampledMtpDrawsExactlyFromTheMainModel) {
     ASSERT_EQ(out.size(), 3u);
     count[(static_cast<std::size_t>(out[0]) * V + static_cast<std::size_t>(out[1])) * V + static_cast<std::size_t>(out[2])] += 1;
   }
-  auto joint = [&](void (*row_of)(std::int32_t, float*)) {
-    std::vector<double> e(V * V * V);
-    float row[V];
-    row_of(2, row);
-    const auto p0 = softmax_of(row, V);
-    for (std::size_t a = 0; a < V; ++a) {
-      row_of(static_cast<std::int32_t>(a), row);
-      const auto p1 = softmax_of(row, V);
-      for (std::size_t b = 0; b < V; ++b) {
-        row_of(static_cast<std::int32_t>(b), row);
-        const auto p2 = softmax_of(row, V);
-        for (std::size_t c = 0; c < V; ++c) e[(a * V + b) * V + c] = p0[a] * p1[b] * p2[c];
-      }
-    }
-    return e;
-  };
-  auto chi2 = [&](const std::vector<double>& e) {
-    double x = 0;
-    for (std::size_t i = 0; i < e.size(); ++i) {
-      const double ex = e[i] * runs;
-      x += (count[i] - ex) * (count[i] - ex) / ex;
-    }
-    return x;
-  };
   // 215 degrees of freedom: mean 215, sd ~20.7; 330 is beyond the 99.999 % quantile.
-  const double right = chi2(joint(soft_toy::main_row)), wrong = chi2(joint(soft_toy::draft_row));
+  const double right = chi2_of(count, joint3(soft_toy::main_row, 2), runs);
+  const double wrong = chi2_of(count, joint3(soft_toy::draft_row, 2), runs);
   EXPECT_LT(right, 330.0);
   EXPECT_GT(wrong, 1000.0);
   EXPECT_GT(st.drafted, 0u);
@@ -519,6 +525,155 @@ TEST(Speculative, ApplyStopRulesCutsAtTheFirstStopToken) {
   r = slm::apply_stop_rules(ids, go, nullptr);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->tokens, ids);
+}
+
+// ---- drafts from the context (prompt lookup) ----
+
+TEST(PromptLookup, ProposesWhatFollowedTheLatestMatch) {
+  const slm::prompt_lookup lookup;  // n-grams of 3, 2, 1
+  auto propose = [&](std::vector<std::int32_t> context, std::size_t m) {
+    std::vector<std::int32_t> out{99};  // appended to, not replaced
+    const std::size_t k = lookup.propose(context, m, out);
+    EXPECT_EQ(k + 1, out.size());
+    return std::vector<std::int32_t>(out.begin() + 1, out.end());
+  };
+  using ids = std::vector<std::int32_t>;
+  EXPECT_EQ(propose({1, 2, 3, 4, 9, 1, 2, 3}, 3), (ids{4, 9, 1}));          // the 3-gram 1 2 3
+  EXPECT_EQ(propose({1, 2, 3, 7, 5, 2, 3, 8, 2, 3}, 2), (ids{8, 2}));       // the latest 2-3, not the first
+  EXPECT_EQ(propose({5, 6, 7, 8, 6}, 3), (ids{7, 8, 6}));                   // only the 1-gram 6 occurs
+  EXPECT_EQ(propose({4, 1, 2, 4, 1, 3, 1}, 4), (ids{3, 1}));                // 1-gram: the latest 1, two left
+  EXPECT_EQ(propose({1, 1, 1}, 4), (ids{1}));                               // a run continues
+  EXPECT_EQ(propose({1, 2, 3}, 2), ids{});                                  // nothing repeats
+  EXPECT_EQ(propose({1, 2, 1}, 0), ids{});
+  EXPECT_EQ(propose({}, 4), ids{});
+  EXPECT_EQ(propose({7}, 4), ids{});
+  slm::prompt_lookup only3;
+  only3.min_ngram = 3;
+  std::vector<std::int32_t> out;
+  EXPECT_EQ(only3.propose(std::vector<std::int32_t>{5, 6, 7, 8, 6}, 3, out), 0u);  // no 3-gram repeats
+}
+
+// Greedy decoding with lookup drafts emits plain greedy's tokens on the toy model, whose
+// greedy chain is a cycle: a prompt holding the cycle makes most drafts right, one holding
+// other successions makes them wrong, and the session ends holding exactly what plain
+// greedy decoding fed.
+TEST(PromptLookup, GreedyMatchesPlainGreedy) {
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  slm::sampler_config sc;
+  sc.temperature = 0.0f;
+  slm::sampler smp(sc);
+  const std::vector<std::int32_t> cycle = {1, 4, 2, 7, 0, 1, 4, 2};            // (3 t + 1) mod 11 from 1
+  const std::vector<std::int32_t> misleading = {1, 5, 6, 4, 3, 2, 9, 7, 8, 1};  // other successors
+  for (const auto* prompt : {&cycle, &misleading}) {
+    for (std::size_t k : {1u, 2u, 4u, 8u}) {
+      for (std::size_t n : {1u, 2u, 7u, 20u}) {
+        toy_session s;
+        const auto ref = plain_greedy(s, *prompt, n);
+        std::vector<std::int32_t> out;
+        slm::speculative_stats st;
+        ASSERT_TRUE(slm::generate_greedy_lookup(s, *prompt, n, k, slm::prompt_lookup{}, s.V, smp, out, st, cx).ok());
+        EXPECT_EQ(out, ref) << "k = " << k << ", n = " << n;
+        EXPECT_EQ(s.fed.size(), prompt->size() + n - 1);
+        if (prompt == &cycle && n == 20 && k >= 2) EXPECT_GT(st.tokens_per_forward(), 2.0) << k;
+        if (prompt == &misleading && n >= 7) EXPECT_LT(st.accepted, st.drafted);
+      }
+    }
+  }
+  slm::sampler hot(slm::sampler_config{});
+  toy_session s;
+  std::vector<std::int32_t> out;
+  slm::speculative_stats st;
+  EXPECT_TRUE(slm_test::fails_with(
+      slm::generate_greedy_lookup(s, cycle, 4, 2, slm::prompt_lookup{}, s.V, hot, out, st, cx),
+      slm::errc::invalid_argument, {"temperature"}));
+}
+
+// Sampled decoding with lookup drafts draws each token exactly from the main model: the
+// joint distribution of three tokens against the main model's by chi-square, as for MTP
+// drafts; the prompt holds every token, so a 1-gram always matches and every round drafts.
+TEST(PromptLookup, SampledDrawsExactlyFromTheMainModel) {
+  constexpr std::size_t V = soft_toy::V;
+  auto pool = slm::thread_pool::create(1);
+  slm::compute_context cx{*pool};
+  slm::sampler_config sc;
+  sc.penalty_last_n = 0;
+  slm::sampler smp(sc);
+  const std::vector<std::int32_t> prompt = {0, 1, 2, 3, 4, 5, 3, 1, 4, 2};
+  const int runs = 60000;
+  std::vector<double> count(V * V * V, 0.0);
+  slm::speculative_stats st;
+  for (int r = 0; r < runs; ++r) {
+    soft_toy s;
+    std::vector<std::int32_t> out;
+    slm::speculative_stats one;
+    ASSERT_TRUE(slm::generate_sampled_lookup(s, prompt, 3, 2, slm::prompt_lookup{}, V, smp, out, one, cx).ok());
+    ASSERT_EQ(out.size(), 3u);
+    ASSERT_EQ(s.fed.size(), prompt.size() + 2);
+    st.drafted += one.drafted, st.accepted += one.accepted;
+    count[(static_cast<std::size_t>(out[0]) * V + static_cast<std::size_t>(out[1])) * V + static_cast<std::size_t>(out[2])] += 1;
+  }
+  const double right = chi2_of(count, joint3(soft_toy::main_row, prompt.back()), runs);
+  EXPECT_LT(right, 330.0);  // 215 degrees of freedom, as above
+  EXPECT_GT(chi2_of(count, joint3(soft_toy::draft_row, prompt.back()), runs), 1000.0);
+  EXPECT_GT(st.accepted, 0u);
+  EXPECT_LT(st.accepted, st.drafted);
+  std::printf("[ figures  ] chi2 %.1f, %zu of %zu lookup drafts accepted\n", right, st.accepted, st.drafted);
+}
+
+// On real models: greedy lookup decoding gives plain greedy's ids on a prompt that repeats
+// itself, for attention (the bundled NAM56R specialist: MLA, Mamba-3, M2RNN, whose
+// recurrent states roll back) and for an HF Mamba-2 model, through any_session.
+TEST(PromptLookup, RealModelsGiveGreedyIds) {
+  const std::filesystem::path dirs[] = {std::filesystem::path(SLM_MODELS_DIR) / "nam56r-cpp-14m",
+                                        slm_test::test_data("golden/hf/mamba2"), slm_test::test_data("golden/hf/qwen3")};
+  for (const auto& dir : dirs) {
+    SCOPED_TRACE(dir.string());
+    auto m = slm::any_model::load(dir);
+    ASSERT_TRUE(m.ok()) << m.error().message();
+    const std::size_t V = m->vocab();
+    auto pool = slm::thread_pool::create(2);
+    slm::compute_context cx{*pool};
+    cx.quantized_activations = slm::activation_precision::f32;
+    std::vector<std::int32_t> prompt;
+    for (int r = 0; r < 3; ++r)
+      for (std::int32_t t : {11, 57, 23, 90, 5, 31, 64, 8}) prompt.push_back(t % static_cast<std::int32_t>(V));
+    slm::sampler_config sc;
+    sc.temperature = 0.0f;
+    slm::sampler smp(sc);
+    slm::generation_options go;
+    go.max_new_tokens = 24;
+    slm::speculation plain;
+    plain.source = slm::draft_source::lookup;
+    plain.draft_tokens = 0;
+    auto s0 = m->new_session();
+    auto ref = slm::generate_speculative(s0, prompt, plain, V, smp, go, nullptr, cx);
+    ASSERT_TRUE(ref.ok()) << ref.error().message();
+    ASSERT_EQ(ref->tokens.size(), 24u);
+    slm::speculation spec = plain;
+    spec.draft_tokens = 6;
+    slm::session_options o;
+    o.rollback_tokens = spec.draft_tokens;
+    auto s1 = m->new_session(o);
+    auto r = slm::generate_speculative(s1, prompt, spec, V, smp, go, nullptr, cx);
+    ASSERT_TRUE(r.ok()) << r.error().message();
+    EXPECT_EQ(r->tokens, ref->tokens);
+    EXPECT_GT(r->stats.drafted, 0u);
+    std::printf("[ figures  ] %s: %zu of %zu lookup drafts accepted, %.2f tokens per forward\n",
+                dir.filename().string().c_str(), r->stats.accepted, r->stats.drafted, r->stats.tokens_per_forward());
+  }
+  // MTP drafts through generate_speculative need MTP heads.
+  auto hf = slm::model::load(slm_test::test_data("golden/hf/qwen3"));
+  ASSERT_TRUE(hf.ok());
+  auto s = hf->new_session();
+  slm::sampler_config sc;
+  sc.temperature = 0.0f;
+  slm::sampler smp(sc);
+  slm::serial_executor one;
+  slm::compute_context cx{one};
+  EXPECT_TRUE(slm_test::fails_with(slm::generate_speculative(s, std::vector<std::int32_t>{1, 2}, slm::speculation{},
+                                                             hf->vocab(), smp, slm::generation_options{}, nullptr, cx),
+                                   slm::errc::unsupported, {"MTP"}));
 }
 
 }  // namespace

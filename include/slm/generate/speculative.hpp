@@ -1,10 +1,18 @@
-// slm/generate/speculative.hpp - self-speculative decoding with a model's own multi-token-prediction
-// heads (NAM56R's MTP depths, spec nam56r.md §2.7), and the speculative-sampling
+// slm/generate/speculative.hpp - speculative decoding: drafts from a model's own
+// multi-token-prediction heads (NAM56R's MTP depths, spec nam56r.md §2.7) or copied from
+// the context (prompt lookup), verified by one main forward; and the speculative-sampling
 // acceptance rule.
 //
 // One round, after the main model has chosen token x_p:
-//   draft   d_1 .. d_m from the MTP heads: draft({x_p}) gives d_1, draft({x_p, d_1}) gives
-//           d_2, ... (depth i + 1 predicts token p + i + 1);
+//   draft   d_1 .. d_m, from one of two sources:
+//           MTP: the heads, draft({x_p}) gives d_1, draft({x_p, d_1}) gives d_2, ...
+//           (depth i + 1 predicts token p + i + 1);
+//           lookup: the tokens that followed the latest earlier occurrence of the
+//           context's last n tokens (n from prompt_lookup::max_ngram down to min_ngram;
+//           transformers' prompt_lookup_num_tokens, llama.cpp's lookup decoding). Edits
+//           repeat their context, so a rewrite copies long runs of it; where nothing
+//           matches, the round drafts nothing and is one plain step. Any session with
+//           forward and rollback can take these drafts: they need no model of their own;
 //   verify  one main forward over the m + 1 positions {x_p, d_1, .., d_m}: row j holds the
 //           main model's distribution after d_j (row 0: after x_p);
 //   accept  greedy: d_{j+1} is kept while it equals row j's greedy pick (the argmax after
@@ -19,12 +27,17 @@
 // float rounding between one (m + 1)-position forward and m + 1 single steps, which is
 // far below any argmax margin the tests meet); the test holds it to identity.
 //
-// A session drives this through the members mtp_session names; NAM56R's session is one.
+// Sampling with lookup drafts takes each draft as drawn from a one-hot q: kept with
+// probability p(d), else the next token is drawn from p without d, renormalized; so every
+// token is distributed as plain sampling draws it.
 //
-// generate_mtp() is what a host calls: generation as generator::generate gives it (the
-// same stop tokens, stop strings, context limit and text), with the tokens drafted and
-// verified as above. apply_stop_rules() is its last step: generator::generate's stop rules
-// applied to tokens generated without them.
+// A session drives this through the members speculative_session (lookup) and mtp_session
+// (MTP, adding draft()) name; every family's session has the first, NAM56R's the second.
+//
+// generate_speculative() is what a host calls: generation as generator::generate gives it
+// (the same stop tokens, stop strings, context limit and text), with the tokens drafted and
+// verified as above; generate_mtp() is it with MTP drafts. apply_stop_rules() is its last
+// step: generator::generate's stop rules applied to tokens generated without them.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -50,10 +63,40 @@
 namespace slm {
 
 template <class S>
-concept mtp_session = requires(S& s, std::span<const std::int32_t> ids, float* logits, compute_context& cx) {
+concept speculative_session = requires(S& s, std::span<const std::int32_t> ids, float* logits, compute_context& cx) {
   { s.forward(ids, std::size_t{}, logits, cx) } -> std::same_as<status>;
-  { s.draft(ids, logits, cx) } -> std::same_as<status>;
   { s.rollback(std::size_t{}) } -> std::same_as<status>;
+};
+
+template <class S>
+concept mtp_session = speculative_session<S> && requires(S& s, std::span<const std::int32_t> ids, float* logits,
+                                                         compute_context& cx) {
+  { s.draft(ids, logits, cx) } -> std::same_as<status>;
+};
+
+// Drafts copied from the context (see the top of the file).
+struct prompt_lookup {
+  std::size_t max_ngram = 3, min_ngram = 1;  // the n-gram sizes tried, longest first
+
+  // Appends to `out` up to m tokens that followed the latest earlier occurrence of the
+  // last n tokens of `context` (the longest n that occurs), and returns how many (0: none
+  // found, or m == 0). The copied run may reach into the suffix itself (a repeating
+  // pattern continues). O(context size x max_ngram).
+  std::size_t propose(std::span<const std::int32_t> context, std::size_t m, std::vector<std::int32_t>& out) const {
+    const std::size_t len = context.size();
+    if (m == 0) return 0;
+    for (std::size_t n = std::min(max_ngram, len ? len - 1 : 0); n >= std::max<std::size_t>(min_ngram, 1); --n) {
+      const std::int32_t* tail = context.data() + len - n;
+      for (std::size_t start = len - n; start-- > 0;) {  // the latest occurrence first
+        if (!std::equal(tail, tail + n, context.data() + start)) continue;
+        const std::size_t from = start + n, k = std::min(m, len - from);
+        out.insert(out.end(), context.begin() + static_cast<std::ptrdiff_t>(from),
+                   context.begin() + static_cast<std::ptrdiff_t>(from + k));
+        return k;
+      }
+    }
+    return 0;
+  }
 };
 
 namespace detail {
@@ -76,6 +119,75 @@ struct speculative_stats {
   }
 };
 
+namespace detail {
+
+// The greedy rounds of speculative decoding (see generate_greedy_mtp, whose contract this
+// is) over a draft source: propose(seq, history, m, next_index) appends up to m drafts to
+// seq (which holds the round's token) and to history, and returns how many (a result).
+template <speculative_session Session, class Propose>
+status greedy_rounds(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                     std::size_t vocab, sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                     compute_context& cx, std::span<const std::int32_t> stops, const char* what, Propose&& propose) {
+  if (n == 0) return {};
+  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
+  if (smp.config().temperature != 0.0f)
+    return make_error(errc::invalid_argument, what, ": the sampler's temperature is ", smp.config().temperature,
+                      ", not 0 (use the sampled form)");
+  std::vector<float> row(vocab), verify_logits;
+  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
+  history.insert(history.end(), out.begin(), out.end());
+  const std::size_t first_out = out.size();
+  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
+  ++st.main_forwards;
+  auto first = smp.sample(std::span<const float>(row.data(), vocab), history);
+  if (!first.ok()) return std::move(first).take_error().with_context("generate: token 0");
+  std::int32_t x = *first;
+  std::vector<std::int32_t> seq;
+  for (;;) {
+    out.push_back(x);
+    history.push_back(x);
+    ++st.generated;
+    const std::size_t left = n - std::min(n, st.generated);
+    if (left == 0 || is_stop(stops, x)) return {};
+    // At most left - 1 drafts: the round's own next token is then always emitted at the
+    // top of the loop and never fed, so the session ends holding every token but the last.
+    const std::size_t h0 = history.size(), next_index = out.size() - first_out;
+    seq.assign(1, x);
+    auto drafted = propose(seq, history, std::min(draft_tokens, left - 1), next_index);
+    if (!drafted.ok()) return std::move(drafted).take_error();
+    const std::size_t m = *drafted;
+    st.drafted += m;
+    verify_logits.resize((m + 1) * vocab);
+    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
+    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
+    ++st.main_forwards;
+    // Row j's pick sees x, d_1 .. d_j: the history plain decoding has at that token.
+    std::size_t j = 0;
+    std::int32_t next = -1;
+    for (;; ++j) {
+      auto t = smp.sample(std::span<const float>(verify_logits.data() + j * vocab, vocab),
+                          std::span<const std::int32_t>(history).first(h0 + j));
+      if (!t.ok()) return std::move(t).take_error().with_context(cat("generate: token ", next_index + j));
+      if (j == m || *t != seq[j + 1]) {
+        next = *t;
+        break;
+      }
+    }
+    for (std::size_t a = 1; a <= j; ++a) {
+      out.push_back(seq[a]);
+      ++st.generated;
+      ++st.accepted;
+      // A stop among the kept drafts ends it there: the session keeps x .. d_{a-1}.
+      if (is_stop(stops, seq[a])) return s.rollback(m - a + 1);
+    }
+    history.resize(h0 + j);
+    if (m > j) SLM_TRY(s.rollback(m - j));
+    x = next;
+  }
+}
+
+}  // namespace detail
+
 // Greedy decoding of n tokens after `prompt` (fed from the session's current position),
 // drafting up to `draft_tokens` tokens per round with the MTP heads (0: plain greedy, one
 // main forward per token). Every pick, drafts included, is `smp.sample()` at temperature
@@ -94,75 +206,41 @@ template <mtp_session Session>
 status generate_greedy_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
                            std::size_t vocab, sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
                            compute_context& cx, std::span<const std::int32_t> stops = {}) {
-  if (n == 0) return {};
-  if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
-  if (smp.config().temperature != 0.0f)
-    return make_error(errc::invalid_argument, "generate_greedy_mtp: the sampler's temperature is ",
-                      smp.config().temperature, ", not 0 (use generate_sampled_mtp)");
-  std::vector<float> row(vocab), draft_logits, verify_logits;
-  std::vector<std::int32_t> history(prompt.begin(), prompt.end());
-  history.insert(history.end(), out.begin(), out.end());
-  const std::size_t first_out = out.size();
-  // The token at `index` (counted from this call's first) after `hist`, from `logits`.
-  auto pick = [&](const float* logits, std::span<const std::int32_t> hist, std::size_t index,
-                  const char* what) -> result<std::int32_t> {
-    auto id = smp.sample(std::span<const float>(logits, vocab), hist);
-    if (!id.ok()) return std::move(id).take_error().with_context(cat("generate: ", what, index));
-    return id;
-  };
-  SLM_TRY(s.forward(prompt, 1, row.data(), cx));
-  ++st.main_forwards;
-  auto first = pick(row.data(), history, 0, "token ");
-  if (!first.ok()) return std::move(first).take_error();
-  std::int32_t x = *first;
-  std::vector<std::int32_t> seq;
-  for (;;) {
-    out.push_back(x);
-    history.push_back(x);
-    ++st.generated;
-    const std::size_t left = n - std::min(n, st.generated);
-    if (left == 0 || detail::is_stop(stops, x)) return {};
-    // At most left - 1 drafts: the round's own next token is then always emitted at the
-    // top of the loop and never fed, so the session ends holding every token but the last.
-    const std::size_t m = std::min(draft_tokens, left - 1);
-    const std::size_t h0 = history.size(), next_index = out.size() - first_out;
-    seq.assign(1, x);
+  std::vector<float> draft_logits;
+  auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
+                     std::size_t next_index) -> result<std::size_t> {
     draft_logits.resize(m * vocab);
     for (std::size_t i = 0; i < m; ++i) {  // d_{i+1}: the pick from depth i + 1
       SLM_TRY(s.draft(seq, draft_logits.data(), cx));
-      auto d = pick(draft_logits.data() + i * vocab, history, next_index + i, "MTP draft of token ");
-      if (!d.ok()) return std::move(d).take_error();
+      auto d = smp.sample(std::span<const float>(draft_logits.data() + i * vocab, vocab), history);
+      if (!d.ok()) return std::move(d).take_error().with_context(cat("generate: MTP draft of token ", next_index + i));
       seq.push_back(*d);
       history.push_back(*d);
     }
-    st.drafted += m;
-    verify_logits.resize((m + 1) * vocab);
-    // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
-    SLM_TRY(s.forward(seq, m + 1, verify_logits.data(), cx));
-    ++st.main_forwards;
-    // Row j's pick sees x, d_1 .. d_j: the history plain decoding has at that token.
-    std::size_t j = 0;
-    std::int32_t next = -1;
-    for (;; ++j) {
-      auto t = pick(verify_logits.data() + j * vocab, std::span<const std::int32_t>(history).first(h0 + j),
-                    next_index + j, "token ");
-      if (!t.ok()) return std::move(t).take_error();
-      if (j == m || *t != seq[j + 1]) {
-        next = *t;
-        break;
-      }
-    }
-    for (std::size_t a = 1; a <= j; ++a) {
-      out.push_back(seq[a]);
-      ++st.generated;
-      ++st.accepted;
-      // A stop among the kept drafts ends it there: the session keeps x .. d_{a-1}.
-      if (detail::is_stop(stops, seq[a])) return s.rollback(m - a + 1);
-    }
-    history.resize(h0 + j);
-    if (m > j) SLM_TRY(s.rollback(m - j));
-    x = next;
-  }
+    return m;
+  };
+  return detail::greedy_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, "generate_greedy_mtp",
+                               propose);
+}
+
+// The same with drafts from the context (prompt_lookup): up to `draft_tokens` per round,
+// as many as the lookup finds. Any speculative_session: the model needs no MTP heads.
+template <speculative_session Session>
+status generate_greedy_lookup(Session& s, std::span<const std::int32_t> prompt, std::size_t n,
+                              std::size_t draft_tokens, const prompt_lookup& lookup, std::size_t vocab, sampler& smp,
+                              std::vector<std::int32_t>& out, speculative_stats& st, compute_context& cx,
+                              std::span<const std::int32_t> stops = {}) {
+  std::vector<std::int32_t> found;
+  auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
+                     std::size_t) -> result<std::size_t> {
+    found.clear();
+    const std::size_t k = lookup.propose(history, m, found);
+    seq.insert(seq.end(), found.begin(), found.end());
+    history.insert(history.end(), found.begin(), found.end());
+    return k;
+  };
+  return detail::greedy_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, "generate_greedy_lookup",
+                               propose);
 }
 
 // The same with plain greedy rules (no bias, no penalties, every row a candidate): a
@@ -215,22 +293,19 @@ std::int32_t speculative_accept(std::span<const float> p, std::span<const float>
   return static_cast<std::int32_t>(last);
 }
 
-// Sampled decoding of n tokens after `prompt` with MTP drafts: every draft is drawn from
-// the sampler's distribution over the draft head's logits (q), the main model's rows give
-// p (the same sampler settings, the history up to that position), and
-// speculative_accept() keeps or replaces each draft in order; after m accepted drafts the
-// bonus token is drawn from p. So every emitted token is distributed exactly as plain
-// sampling with `smp` would draw it (Leviathan et al. 2023); the random stream differs,
-// so a seed does not give plain sampling's tokens. Penalties see prompt + emitted tokens
-// (+ earlier drafts for later positions). Session contract, `stops` and `out` / error
-// behaviour as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
-template <mtp_session Session, class Sampler>
-status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
-                            std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
-                            compute_context& cx, std::span<const std::int32_t> stops = {}) {
+namespace detail {
+
+// The sampled rounds of speculative decoding (see generate_sampled_mtp, whose contract this
+// is) over a draft source: propose(seq, history, m, q) appends up to m drafts to seq and
+// history, the distribution each was drawn from to q (q[i] for draft i), and returns how
+// many (a result).
+template <speculative_session Session, class Sampler, class Propose>
+status sampled_rounds(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                      std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                      compute_context& cx, std::span<const std::int32_t> stops, Propose&& propose) {
   if (n == 0) return {};
   if (vocab == 0) return make_error(errc::invalid_argument, "generate: vocabulary of 0");
-  std::vector<float> row(vocab), draft_logits, verify_logits, p;
+  std::vector<float> row(vocab), verify_logits, p;
   std::vector<std::vector<float>> q;
   std::vector<std::int32_t> history(prompt.begin(), prompt.end());
   history.insert(history.end(), out.begin(), out.end());
@@ -247,20 +322,12 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
     history.push_back(x);
     ++st.generated;
     const std::size_t left = n - std::min(n, st.generated);
-    if (left == 0 || detail::is_stop(stops, x)) return {};
-    const std::size_t m = std::min(draft_tokens, left - 1);
+    if (left == 0 || is_stop(stops, x)) return {};
     seq.assign(1, x);
-    draft_logits.resize(m * vocab);
-    q.resize(m);
     const std::size_t h0 = history.size();  // history = prompt + emitted (x included)
-    for (std::size_t i = 0; i < m; ++i) {   // d_{i+1} ~ q_i
-      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
-      SLM_TRY(smp.distribution(std::span<const float>(draft_logits.data() + i * vocab, vocab), history, q[i]));
-      const std::int32_t d = draw(q[i]);
-      if (d < 0) return make_error(errc::invalid_argument, "generate: an empty draft distribution");
-      seq.push_back(d);
-      history.push_back(d);
-    }
+    auto drafted = propose(seq, history, std::min(draft_tokens, left - 1), q);
+    if (!drafted.ok()) return std::move(drafted).take_error();
+    const std::size_t m = *drafted;
     st.drafted += m;
     verify_logits.resize((m + 1) * vocab);
     // [m + 1 positions] -> logits [m + 1, V]: row j follows seq[j]
@@ -282,7 +349,7 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
       ++st.generated;
       ++st.accepted;
       // A stop among the kept drafts ends it there: the session keeps x .. d_j.
-      if (detail::is_stop(stops, seq[j + 1])) return s.rollback(m - j);
+      if (is_stop(stops, seq[j + 1])) return s.rollback(m - j);
     }
     history.resize(h0 + j);
     if (m > j) SLM_TRY(s.rollback(m - j));
@@ -293,6 +360,63 @@ status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, st
     }
     x = next;
   }
+}
+
+}  // namespace detail
+
+// Sampled decoding of n tokens after `prompt` with MTP drafts: every draft is drawn from
+// the sampler's distribution over the draft head's logits (q), the main model's rows give
+// p (the same sampler settings, the history up to that position), and
+// speculative_accept() keeps or replaces each draft in order; after m accepted drafts the
+// bonus token is drawn from p. So every emitted token is distributed exactly as plain
+// sampling with `smp` would draw it (Leviathan et al. 2023); the random stream differs,
+// so a seed does not give plain sampling's tokens. Penalties see prompt + emitted tokens
+// (+ earlier drafts for later positions). Session contract, `stops` and `out` / error
+// behaviour as generate_greedy_mtp; `smp` must be configured for `vocab` rows.
+template <mtp_session Session, class Sampler>
+status generate_sampled_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t n, std::size_t draft_tokens,
+                            std::size_t vocab, Sampler& smp, std::vector<std::int32_t>& out, speculative_stats& st,
+                            compute_context& cx, std::span<const std::int32_t> stops = {}) {
+  std::vector<float> draft_logits;
+  auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
+                     std::vector<std::vector<float>>& q) -> result<std::size_t> {
+    draft_logits.resize(m * vocab);
+    q.resize(m);
+    for (std::size_t i = 0; i < m; ++i) {  // d_{i+1} ~ q_i
+      SLM_TRY(s.draft(seq, draft_logits.data(), cx));
+      SLM_TRY(smp.distribution(std::span<const float>(draft_logits.data() + i * vocab, vocab), history, q[i]));
+      const std::int32_t d = draw_inverse_cdf(q[i], smp.generator().uniform());
+      if (d < 0) return make_error(errc::invalid_argument, "generate: an empty draft distribution");
+      seq.push_back(d);
+      history.push_back(d);
+    }
+    return m;
+  };
+  return detail::sampled_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, propose);
+}
+
+// The same with drafts from the context (prompt_lookup), each taken as drawn from a
+// one-hot q: kept with probability p(d), else replaced by a draw from p without d.
+template <speculative_session Session, class Sampler>
+status generate_sampled_lookup(Session& s, std::span<const std::int32_t> prompt, std::size_t n,
+                               std::size_t draft_tokens, const prompt_lookup& lookup, std::size_t vocab, Sampler& smp,
+                               std::vector<std::int32_t>& out, speculative_stats& st, compute_context& cx,
+                               std::span<const std::int32_t> stops = {}) {
+  std::vector<std::int32_t> found;
+  auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
+                     std::vector<std::vector<float>>& q) -> result<std::size_t> {
+    found.clear();
+    const std::size_t k = lookup.propose(history, m, found);
+    q.resize(k);
+    for (std::size_t i = 0; i < k; ++i) {
+      q[i].assign(vocab, 0.0f);
+      if (static_cast<std::size_t>(found[i]) < vocab) q[i][static_cast<std::size_t>(found[i])] = 1.0f;
+    }
+    seq.insert(seq.end(), found.begin(), found.end());
+    history.insert(history.end(), found.begin(), found.end());
+    return k;
+  };
+  return detail::sampled_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, propose);
 }
 
 // Tokens generated without stop rules (speculative decoding), cut as generator::generate
@@ -313,32 +437,58 @@ struct speculative_output {
   speculative_stats stats;
 };
 
-// Generation after `prompt` with `draft_tokens` MTP drafts per main forward: greedy
-// (generate_greedy_mtp: plain greedy's tokens) when smp's temperature is 0, else
-// speculative sampling (generate_sampled_mtp: each token distributed as plain sampling
-// draws it). As generator::generate: at most go.max_new_tokens, and no more than the
-// context holds after the prompt (max_tokens - prompt tokens); go's stop tokens and stop
-// strings (stop strings need a tokenizer `t`). The session must be fresh, with
-// session_options::rollback_tokens >= draft_tokens; `smp` validated for `vocab` rows
-// (generator's sampler: vocab_size the tokenizer's rows).
-template <mtp_session Session>
-result<speculative_output> generate_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t draft_tokens,
-                                        std::size_t vocab, sampler& smp, const generation_options& go,
-                                        const tokenizer* t, compute_context& cx) {
+// Where the drafts of generate_speculative come from.
+enum class draft_source : std::uint8_t { mtp, lookup };
+
+struct speculation {
+  draft_source source = draft_source::mtp;
+  std::size_t draft_tokens = 1;  // drafts per main forward at most
+  prompt_lookup lookup;          // draft_source::lookup's n-gram sizes
+};
+
+// Generation after `prompt` with up to `spec.draft_tokens` drafts per main forward from
+// spec.source: greedy (plain greedy's tokens) when smp's temperature is 0, else
+// speculative sampling (each token distributed as plain sampling draws it). As
+// generator::generate: at most go.max_new_tokens, and no more than the context holds after
+// the prompt (max_tokens - prompt tokens); go's stop tokens and stop strings (stop strings
+// need a tokenizer `t`). The session must be fresh, with session_options::rollback_tokens
+// >= draft_tokens; `smp` validated for `vocab` rows (generator's sampler: vocab_size the
+// tokenizer's rows). MTP drafts need an mtp_session; otherwise it is an error.
+template <speculative_session Session>
+result<speculative_output> generate_speculative(Session& s, std::span<const std::int32_t> prompt,
+                                                const speculation& spec, std::size_t vocab, sampler& smp,
+                                                const generation_options& go, const tokenizer* t,
+                                                compute_context& cx) {
   if (!t && !go.stop_strings.empty()) return make_error(errc::invalid_argument, "generate: stop strings need a tokenizer");
   const std::size_t limit = s.max_tokens();
   const std::size_t room = limit > prompt.size() ? limit - prompt.size() : 0;
   const std::size_t count = prompt.size() <= limit ? std::min(go.max_new_tokens, room) : go.max_new_tokens;
+  const std::size_t k = spec.draft_tokens;
+  const bool greedy = smp.config().temperature == 0.0f;
   std::vector<std::int32_t> out;
   speculative_stats st;
-  if (smp.config().temperature == 0.0f) {
-    SLM_TRY(generate_greedy_mtp(s, prompt, count, draft_tokens, vocab, smp, out, st, cx, go.stop_tokens));
-  } else {  // drafts from q, kept or replaced by the speculative-sampling rule: p exactly
-    SLM_TRY(generate_sampled_mtp(s, prompt, count, draft_tokens, vocab, smp, out, st, cx, go.stop_tokens));
+  if (spec.source == draft_source::lookup) {
+    SLM_TRY(greedy ? generate_greedy_lookup(s, prompt, count, k, spec.lookup, vocab, smp, out, st, cx, go.stop_tokens)
+                   : generate_sampled_lookup(s, prompt, count, k, spec.lookup, vocab, smp, out, st, cx, go.stop_tokens));
+  } else if constexpr (mtp_session<Session>) {  // drafts from q, kept or replaced by the speculative-sampling rule
+    SLM_TRY(greedy ? generate_greedy_mtp(s, prompt, count, k, vocab, smp, out, st, cx, go.stop_tokens)
+                   : generate_sampled_mtp(s, prompt, count, k, vocab, smp, out, st, cx, go.stop_tokens));
+  } else {
+    return make_error(errc::unsupported, "generate: MTP drafts need a model with MTP heads");
   }
   auto r = apply_stop_rules(out, go, t);  // drops the stop token; stop strings as generate()
   if (!r.ok()) return std::move(r).take_error();
   return speculative_output{std::move(r->tokens), std::move(r->text), st};
+}
+
+// generate_speculative with `draft_tokens` MTP drafts per main forward.
+template <mtp_session Session>
+result<speculative_output> generate_mtp(Session& s, std::span<const std::int32_t> prompt, std::size_t draft_tokens,
+                                        std::size_t vocab, sampler& smp, const generation_options& go,
+                                        const tokenizer* t, compute_context& cx) {
+  speculation spec;
+  spec.draft_tokens = draft_tokens;
+  return generate_speculative(s, prompt, spec, vocab, smp, go, t, cx);
 }
 
 // ---- Implementation (compiled once by src/nam56r.cpp in compiled mode; slm/core/build_mode.hpp) ----

@@ -41,6 +41,8 @@ namespace detail::mm {
 
 // Rows processed together by the fused GEMV kernels.
 inline constexpr std::size_t gemv_rows = 4;
+// Tokens at most that the driver runs through the fused GEMV (kernels/matmul.hpp).
+inline constexpr std::size_t gemv_max_tokens = 16;
 
 // The activations as a row's GEMM reads them: the caller's f32 rows (ldx apart) and the
 // copy its prepare step made (null when it has none).
@@ -67,8 +69,8 @@ struct kernel_row {
   // The bf16 definition on f32 kernels (no bf16 dot product here): the driver rounds X
   // to bf16 once, then runs this row as for f32 activations.
   bool round_bf16 = false;
-  // Fused GEMV for one or two tokens: gemv[R] computes R rows (1..gemv_rows). Null: the
-  // GEMM runs at every n_tok.
+  // Fused GEMV for up to gemv_max_tokens tokens: gemv[R] computes R rows (1..gemv_rows).
+  // Null: the GEMM runs at every n_tok.
   gemv_fn gemv[gemv_rows + 1] = {};
   prepare_fn gemv_prepare = nullptr;  // per token, before its rows; null: the kernels read x
   bytes_fn gemv_bytes = nullptr;

@@ -45,7 +45,10 @@
 //              vectors (4 x 6 accumulators on AVX-512, 2 x 6 on AVX2), so each weight
 //              is decoded once per call whatever n_tok is.
 //   fp8 has no fused GEMV: it runs the panel path with one token (decode is a table
-//   lookup, scalar); the panel path is also what n_tok >= 3 uses for every format.
+//   lookup, scalar); the panel path is also what n_tok > gemv_max_tokens uses for every
+//   format. Up to gemv_max_tokens tokens (verification of drafts, a few sequences) run the
+//   fused GEMV per token over each group of rows, the group's weights read from memory
+//   once: decoding a weight per token costs less there than the panel's f32 round trip.
 //
 // Determinism: rows are split across threads with partition() in fixed units, and
 // every output element is computed by exactly one thread with an operation sequence
@@ -157,30 +160,32 @@ SLM_INLINE status run(const kernel_row& k, const weight_matrix& w, const float* 
 
   const std::size_t units = (N + row_unit - 1) / row_unit;
 
-  // Fused GEMV for one or two tokens where the row has one: per token, its prepared copy
-  // (made here: K values are cheaper inline than a round trip through the pool), then
-  // the rows. Short tasks (little work each, no scratch): cut finer, see balanced_chunks.
-  if (n_tok <= 2 && k.gemv[1]) {
+  // Fused GEMV for up to gemv_max_tokens tokens where the row has one: each token's
+  // prepared copy first (made here: K values are cheaper inline than a round trip through
+  // the pool), then per group of rows every token, so the group's weights come from memory
+  // once and from L1/L2 for the other tokens. A row of a token is computed exactly as a
+  // one-token call computes it: a verification forward over k + 1 drafted positions
+  // reproduces k + 1 decode steps bit for bit. Short tasks (little work each, no
+  // scratch): cut finer, see balanced_chunks.
+  if (n_tok <= gemv_max_tokens && k.gemv[1]) {
     const static_partition gpart = partition(0, units, balanced_chunks(ex));
+    const std::size_t stride = k.gemv_prepare ? round64(k.gemv_bytes(K, 1)) : 0;
     aligned_buffer xp;
     if (k.gemv_prepare) {
-      auto b = aligned_buffer::allocate(k.gemv_bytes(K, 1));
+      auto b = aligned_buffer::allocate(n_tok * stride);
       if (!b.ok()) return std::move(b).take_error().with_context("matmul");
       xp = std::move(*b);
+      for (std::size_t t = 0; t < n_tok; ++t) k.gemv_prepare(w, x + t * ldx, 0, 1, xp.data() + t * stride);
     }
-    for (std::size_t t = 0; t < n_tok; ++t) {
-      const float* xt = x + t * ldx;
-      if (k.gemv_prepare) k.gemv_prepare(w, xt, 0, 1, xp.data());
-      const std::byte* xpp = xp.data();
-      SLM_TRY(parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
-        const index_range u = gpart.chunk(c);
-        const index_range r{u.begin * row_unit, std::min(N, u.end * row_unit)};
-        std::size_t n = r.begin;
-        for (; n + gemv_rows <= r.end; n += gemv_rows) k.gemv[gemv_rows](w, n, xt, xpp, y + t * ldy + n);
-        if (n < r.end) k.gemv[r.end - n](w, n, xt, xpp, y + t * ldy + n);
-      }));
-    }
-    return ok_status();
+    return parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
+      const index_range u = gpart.chunk(c);
+      const index_range r{u.begin * row_unit, std::min(N, u.end * row_unit)};
+      for (std::size_t n = r.begin; n < r.end; n += gemv_rows) {
+        const std::size_t rows = std::min(gemv_rows, r.end - n);
+        for (std::size_t t = 0; t < n_tok; ++t)  // [rows, K] x [K] -> [rows] per token
+          k.gemv[rows](w, n, x + t * ldx, xp.data() + t * stride, y + t * ldy + n);
+      }
+    });
   }
 
   // GEMM: every token prepared once (tokens split over the threads; inline for one or
