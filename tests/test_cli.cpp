@@ -633,7 +633,10 @@ TEST(CliText, BenchSyntheticPrintsOneLinePerPhaseEndingInRatio) {
 // (the ids from `slm tokenize --no-parse-special`, BOS prepended where the tokenizer has
 // one): NLL = logsumexp over the tokenizer's vocabulary - logit of the target, in double,
 // windows as HF's perplexity guide loops over them, each window a fresh `slm logits` run.
-// Same math and summation order, so the NLL sum agrees to 1e-9 relative (rounding only);
+// Same math, so the NLL sum agrees to rounding: 1e-9 relative where both ask the output
+// head for the same rows (whole documents), 1e-7 for sliding windows, where slm perplexity
+// asks for a window's new targets only (10 rows: the fused GEMV path of the matmul
+// driver) and `slm logits` for all 24 (the GEMM panel), whose f32 sums differ in order;
 // top-1 counts and token/byte counts exactly. On three model families: llama (byte-level
 // tokenizer of 300 ids on a 320-row model: padding rows excluded), the tiny NAM56R and a
 // nanochat model (a 97-id character tokenizer whose "<s>" is BOS: prepended).
@@ -797,7 +800,7 @@ TEST_P(CliPerplexity, MatchesHandComputationFromLogits) {
       const ppl_figures f = hand_perplexity(tmp, model, ids, ctx, stride, V);
       EXPECT_EQ(f.tokens, ids.size() - 1);
       EXPECT_EQ(g["top1_correct"].as_uint64().value_or(99999), f.top1);
-      EXPECT_LE(std::fabs(g["nll_sum"].as_double() - f.nll), 1e-9 * std::fabs(f.nll));
+      EXPECT_LE(std::fabs(g["nll_sum"].as_double() - f.nll), 1e-7 * std::fabs(f.nll));  // see the top
     }
   }
 
