@@ -218,8 +218,8 @@ constexpr option options[] = {
      "follows), so a large shape fits this machine's memory", kind::count},
     {"reps", "N", "bench", "--synthetic: timed runs (default 3); figures are their median and spread "
      "((max - min) / median)", kind::count},
-    {"dir", "DIR", "bench", "--synthetic: write the checkpoints under DIR and keep them (default: a temporary "
-     "directory, removed at exit)"},
+    {"dir", "DIR", "bench", "--synthetic: write the checkpoints under DIR and keep them, reusing what a run before "
+     "left there for the same shape (default: a temporary directory, removed at exit)"},
     {"prompt-tokens", "N", "bench", "prompt size (default 64; 512 with --synthetic)", kind::count},
     {"gen-tokens", "N", "bench", "tokens decoded (default 32; 128 with --synthetic)", kind::count},
     {"kernels", "", "bench", "GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on 4096x4096, 4096x14336, "
@@ -763,8 +763,9 @@ struct scratch_dir {
 // slm bench --synthetic SHAPE: a random checkpoint at SHAPE's dimensions, written (bf16)
 // and converted to --format, then loaded and timed as --model times a model, --reps
 // times. Figures are medians; each phase's ratio is to the probe that bounds it:
-// prefill against the compute probe of its products' arithmetic (bf16 dot when NVFP4/MXFP4
-// products take bf16 activations, else f32 FMA), decode against the read bandwidth.
+// prefill against the compute probe of its products' arithmetic (bf16 or int8 dot when
+// NVFP4/MXFP4 products take bf16 or int8 activations, else f32 FMA), decode against the
+// read bandwidth.
 int cmd_bench_synthetic(const args& a) {
   auto rt = make_runtime(a, false);
   if (!rt.ok()) return usage_error(rt.error());
@@ -782,34 +783,56 @@ int cmd_bench_synthetic(const args& a) {
                                      slm::cat("slm-synthetic-", static_cast<long>(::getpid())),
                   a.has("dir")};
   const std::string_view fmt = a.get("format", "nvfp4");
-  const std::filesystem::path bf16_dir = dir.path / "bf16", model_dir = fmt == "bf16" ? bf16_dir : dir.path / fmt;
-  auto t0 = std::chrono::steady_clock::now();
-  if (auto s = slm::synthetic::write_checkpoint(bf16_dir, *cfg, rt->pool); !s.ok()) return fail(s);
-  std::fprintf(stderr, "slm bench: wrote %s in %.1f s\n", bf16_dir.string().c_str(), slm::seconds_since(t0));
-  if (fmt != "bf16") {
-    static constexpr slm::weight_format formats[] = {slm::weight_format::nvfp4, slm::weight_format::mxfp4,
-                                                     slm::weight_format::fp8_e4m3, slm::weight_format::bf16};
-    slm::convert_options opt;
-    opt.format = formats[pick(a, "format")];
-    opt.replace = true;
-    if (a.has("quantize-embeddings")) opt.include = slm::embedding_include_patterns();
-    t0 = std::chrono::steady_clock::now();
-    auto r = slm::convert_checkpoint(bf16_dir, model_dir, opt, rt->pool);
-    if (!r.ok()) return fail(r.error());
-    std::fprintf(stderr, "slm bench: converted to %.*s in %.1f s\n", static_cast<int>(fmt.size()), fmt.data(),
-                 slm::seconds_since(t0));
-    if (!dir.keep) {
-      std::error_code ec;
-      std::filesystem::remove_all(bf16_dir, ec);  // the disk holds one copy at a time
+  const std::filesystem::path bf16_dir = dir.path / "bf16",
+                              model_dir = fmt == "bf16" ? bf16_dir
+                                                        : dir.path / slm::cat(fmt, a.has("quantize-embeddings") ? "-emb" : "");
+  // A kept directory (--dir) that already holds this shape, as this variant, is reused:
+  // both writes put their files in place only when complete.
+  const std::string config_text = slm::json::dump(*cfg);
+  auto holds_shape = [&](const std::filesystem::path& d) {
+    auto text = slm::read_file_prefix(d / "config.json", std::size_t{1} << 24);
+    std::error_code ec;
+    return text.ok() && *text == config_text && std::filesystem::exists(d / "model.safetensors", ec);
+  };
+  if (dir.keep && holds_shape(model_dir)) {
+    std::fprintf(stderr, "slm bench: reusing %s\n", model_dir.string().c_str());
+  } else {
+    if (!(dir.keep && holds_shape(bf16_dir))) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (auto s = slm::synthetic::write_checkpoint(bf16_dir, *cfg, rt->pool); !s.ok()) return fail(s);
+      std::fprintf(stderr, "slm bench: wrote %s in %.1f s\n", bf16_dir.string().c_str(), slm::seconds_since(t0));
+    }
+    if (fmt != "bf16") {
+      static constexpr slm::weight_format formats[] = {slm::weight_format::nvfp4, slm::weight_format::mxfp4,
+                                                       slm::weight_format::fp8_e4m3, slm::weight_format::bf16};
+      slm::convert_options opt;
+      opt.format = formats[pick(a, "format")];
+      opt.replace = true;
+      if (a.has("quantize-embeddings")) opt.include = slm::embedding_include_patterns();
+      const auto t0 = std::chrono::steady_clock::now();
+      auto r = slm::convert_checkpoint(bf16_dir, model_dir, opt, rt->pool);
+      if (!r.ok()) return fail(r.error());
+      std::fprintf(stderr, "slm bench: converted to %.*s in %.1f s\n", static_cast<int>(fmt.size()), fmt.data(),
+                   slm::seconds_since(t0));
+      if (!dir.keep) {
+        std::error_code ec;
+        std::filesystem::remove_all(bf16_dir, ec);  // the disk holds one copy at a time
+      }
     }
   }
   auto m = slm::any_model::load(model_dir, load_options(a));
   if (!m.ok()) return fail(m.error());
 
   const slm::probe_result probe = slm::measure_probes(rt->pool, a.count("probe-mib", 1024) << 20);
-  const bool bf16_products = rt->act == slm::activation_precision::bf16 && (fmt == "nvfp4" || fmt == "mxfp4") &&
-                             probe.bf16_flops_per_s > 0;
-  const double compute_peak = bf16_products ? probe.bf16_flops_per_s : probe.f32_flops_per_s;
+  // The probe of the products' arithmetic: bf16 or int8 dot for NVFP4/MXFP4 products with
+  // bf16 / int8 activations where the CPU has them, else f32 FMA.
+  const bool fp4 = fmt == "nvfp4" || fmt == "mxfp4";
+  const bool bf16_products = fp4 && rt->act == slm::activation_precision::bf16 && probe.bf16_flops_per_s > 0;
+  const bool int8_products = fp4 && rt->act == slm::activation_precision::int8 && probe.int8_ops_per_s > 0;
+  const double compute_peak = bf16_products   ? probe.bf16_flops_per_s
+                              : int8_products ? probe.int8_ops_per_s
+                                              : probe.f32_flops_per_s;
+  const char* compute_probe = bf16_products ? "bf16_dot" : int8_products ? "int8_dot" : "f32_fma";
   static constexpr const char* act_names[] = {"f32", "bf16", "int8"};
   const bool billions = params >= 1000000000;
   std::printf("shape %.*s: %s, %zu of %zu layers, %.3f %s parameters; weights %.*s%s, activations %s; threads %zu\n",
@@ -818,13 +841,16 @@ int cmd_bench_synthetic(const args& a) {
               billions ? "B" : "M",
               static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
               fmt == "nvfp4" || fmt == "mxfp4" ? act_names[pick(a, "act")] : "f32", probe.threads);
-  std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, isa: %.*s\n",
+  std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, int8_dot: %.1f GOP/s, "
+              "isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
+              probe.int8_ops_per_s / 1e9,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
 
   const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
   std::vector<double> prefill_tps, prefill_flops_s, decode_tps, decode_bytes_s;
   double bytes_per_token = 0;
+  std::uint64_t session_bytes = 0;
   for (std::size_t r = 0; r < reps; ++r) {
     slm::compute_context cx = rt->context();
     auto t = slm::measure_throughput(*m, np, ng, rt->session, cx);
@@ -834,17 +860,20 @@ int cmd_bench_synthetic(const args& a) {
     decode_tps.push_back(t->decode_tokens_per_s());
     decode_bytes_s.push_back(t->decode_bytes_per_token() * t->decode_tokens_per_s());
     bytes_per_token = t->decode_bytes_per_token();
+    session_bytes = t->session_bytes;
   }
   const slm::summary pt = slm::summarize(prefill_tps), pf = slm::summarize(prefill_flops_s);
   const slm::summary dt = slm::summarize(decode_tps), db = slm::summarize(decode_bytes_s);
   std::printf("prefill: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %.1f GFLOP/s of weight products "
               "against %s, ratio=%.3f\n",
-              np, pt.median, pt.runs, 100 * pt.spread, pf.median / 1e9, bf16_products ? "bf16_dot" : "f32_fma",
-              pf.median / compute_peak);
+              np, pt.median, pt.runs, 100 * pt.spread, pf.median / 1e9, compute_probe, pf.median / compute_peak);
   std::printf("decode: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %s of weights per token, %.2f GB/s "
               "against read_bandwidth, ratio=%.3f\n",
               ng, dt.median, dt.runs, 100 * dt.spread, slm::human_bytes(static_cast<std::uint64_t>(bytes_per_token)).c_str(),
               db.median / 1e9, db.median / probe.read_bytes_per_s);
+  std::printf("session: %s of state after %zu tokens (caches, recurrent states, history), %.1f KiB per token\n",
+              slm::human_bytes(session_bytes).c_str(), np + ng,
+              static_cast<double>(session_bytes) / 1024.0 / static_cast<double>(np + ng));
   return 0;
 }
 

@@ -609,7 +609,12 @@ TEST(CliText, BenchSyntheticPrintsOneLinePerPhaseEndingInRatio) {
     EXPECT_GT(v, 0.0) << line;
     EXPECT_EQ(*end, '\0') << line;  // the ratio ends the line
   }
+  EXPECT_NE(r.out.find("\nsession: "), std::string::npos) << r.out;  // the state a session holds
   EXPECT_TRUE(std::filesystem::exists(tmp / "ck" / "nvfp4" / "model.safetensors"));  // --dir keeps them
+  const auto again = run_cli(tmp.path(), "bench --synthetic '" + shape + "' --reps 1 --prompt-tokens 4 --gen-tokens 2 "
+                                         "--probe-mib 16 --layers 1 --dir '" + (tmp / "ck").string() + "'");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.err.find("reusing"), std::string::npos) << again.err;  // the same shape and variant
 
   const auto w = run_cli(tmp.path(), "synthetic '" + shape + "' '" + (tmp / "out").string() + "' --layers 1");
   ASSERT_EQ(w.exit_code, 0) << w.err;

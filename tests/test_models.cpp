@@ -511,6 +511,7 @@ TEST(Synthetic, WrittenCheckpointsLoadAndRun) {
     ASSERT_TRUE(t.ok()) << t.error().message();
     EXPECT_GT(t->prefill_flops, 0u);
     EXPECT_GT(t->decode_weight_bytes, 0u);
+    EXPECT_GT(t->session_bytes, 0u);  // its saved state: caches for 9 tokens
     // A decode step reads each weight matrix it uses once (an MoE layer: only the routed
     // experts), so never more than the file holds.
     EXPECT_LE(t->decode_bytes_per_token(), static_cast<double>(std::filesystem::file_size(dir / "a" / "model.safetensors")));

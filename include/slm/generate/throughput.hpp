@@ -5,7 +5,8 @@
 // (row_argmax, no sampler), each one forward of one id. The session's context is raised
 // to hold them all. Wall-clock time of the forwards only: the model is loaded and its
 // weights read before. The work of each phase comes from the compute context's counters:
-// the FLOPs of its weight products and the weight bytes they streamed (layers/linear.hpp).
+// the FLOPs of its weight products and the weight bytes they streamed (layers/linear.hpp);
+// the memory a session holds, from the size of its saved state.
 // summarize() turns repeated runs into a median and a spread.
 #pragma once
 #include "slm/core/build_mode.hpp"
@@ -28,6 +29,10 @@ struct throughput {
   double prefill_seconds = 0, decode_seconds = 0;
   std::uint64_t prefill_flops = 0, decode_flops = 0;  // weight products' FLOPs (compute_context::product_flops)
   std::uint64_t prefill_weight_bytes = 0, decode_weight_bytes = 0;  // weight bytes streamed
+  // The session's saved state after the last step (KV and indexer caches, recurrent
+  // states, history: what a session holds for prompt_tokens + generated tokens); 0 where
+  // the session cannot save.
+  std::uint64_t session_bytes = 0;
 
   double prefill_tokens_per_s() const noexcept {
     return prefill_seconds > 0 ? static_cast<double>(prompt_tokens) / prefill_seconds : 0.0;
@@ -87,6 +92,10 @@ result<throughput> measure_throughput(const Model& m, std::size_t prompt_tokens,
   r.prefill_weight_bytes = bytes1 - bytes0;
   r.decode_flops = cx.product_flops - flops1;
   r.decode_weight_bytes = cx.weight_bytes - bytes1;
+  if constexpr (requires { session.save(); }) {
+    auto state = session.save();
+    if (state.ok()) r.session_bytes = state->size();
+  }
   return r;
 }
 

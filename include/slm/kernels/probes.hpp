@@ -10,6 +10,9 @@
 //   bf16 dot peak   the same with vdpbf16ps (AVX512_BF16: 32 bf16 products summed in
 //                   pairs into 16 f32 lanes, 64 FLOP per instruction); 0 on CPUs
 //                   without it. The ceiling of the bf16-activation GEMM (kernels/avx512_bf16.hpp).
+//   int8 dot peak   the same with vpdpbusd (AVX512_VNNI: 64 u8 x s8 products summed in
+//                   fours into 16 i32 lanes, 128 operations per instruction); 0 without
+//                   it. The ceiling of the int8-activation (W4A8) GEMM.
 //
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (core/cpu.hpp), like the kernels.
@@ -37,6 +40,7 @@ struct probe_result {
   double read_bytes_per_s = 0;
   double f32_flops_per_s = 0;
   double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
+  double int8_ops_per_s = 0;    // 0: no AVX512_VNNI
   std::size_t threads = 1;
   std::size_t probe_bytes = 0;
 };
@@ -175,6 +179,23 @@ __attribute__((target("avx512f,avx512bf16"))) SLM_INLINE float bf16_dot_chains_a
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512vnni"))) std::int32_t int8_dot_chains_avx512(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::int32_t int8_dot_chains_avx512(std::size_t steps) noexcept {
+  __m512i acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_epi32(j);
+  const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);  // u8 x s8 pairs
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+  alignas(64) std::int32_t tmp[16];
+  std::int32_t s = 0;
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm512_store_si512(tmp, acc[j]);
+    for (std::int32_t t : tmp) s += t;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
 #endif
 
 float fma_chains_scalar(std::size_t steps) noexcept;
@@ -252,6 +273,35 @@ SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
 #endif  // SLM_DEFINE_KERNELS
 
 // All probes on the executor's threads, read bandwidth over `probe_bytes`.
+// Operations/s (128 per vpdpbusd: 64 int8 products, each a multiply and an add) of
+// independent int8 dot chains on every thread; 0 without AVX512_VNNI. The ceiling of the
+// int8-activation (W4A8) GEMM (kernels/avx512_vnni.hpp).
+double probe_dot_int8(executor_ref ex, std::size_t products = 320'000'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!host_cpu().avx512vnni) return 0;
+  const std::size_t steps = products / 64;
+  std::vector<std::int32_t> sink(ex.concurrency() * 16, 0);
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = detail::int8_dot_chains_avx512(steps); });
+    const double sec = seconds_since(t0);
+    const double ops = 128.0 * detail::probe_chains * static_cast<double>(steps) * static_cast<double>(ex.concurrency());
+    if (sec > 0 && ops / sec > best) best = ops / sec;
+  }
+  volatile std::int32_t keep = 0;
+  for (std::int32_t v : sink) keep = keep + v;
+  return best;
+#else
+  (void)ex;
+  (void)products;
+  return 0;
+#endif
+}
+#endif  // SLM_DEFINE_KERNELS
+
 probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes) {
@@ -261,6 +311,7 @@ SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes)
   r.read_bytes_per_s = probe_read_bandwidth(ex, probe_bytes);
   r.f32_flops_per_s = probe_fma_f32(ex);
   r.bf16_flops_per_s = probe_dot_bf16(ex);
+  r.int8_ops_per_s = probe_dot_int8(ex);
   return r;
 }
 #endif  // SLM_DEFINE_KERNELS
