@@ -57,6 +57,25 @@ std::size_t env_size(const char* name, std::size_t fallback) {
   return n > 0 ? static_cast<std::size_t>(n) : fallback;
 }
 
+// The best wall time in ms of `repeats` runs of gen(session, out, stats), each on a fresh
+// session of m with rollback room for k drafts; out and stats hold the last run's.
+template <class Model, class Gen>
+slm::result<double> best_ms(const Model& m, std::size_t k, std::size_t repeats, std::vector<std::int32_t>& out,
+                            slm::speculative_stats& st, Gen&& gen) {
+  double best = 1e300;
+  for (std::size_t r = 0; r < repeats; ++r) {
+    slm::session_options o;
+    o.rollback_tokens = k;
+    auto s = m.new_session(o);
+    out.clear();
+    st = {};
+    const auto t0 = std::chrono::steady_clock::now();
+    SLM_TRY(gen(s, out, st));
+    best = std::min(best, slm::seconds_since(t0) * 1e3);
+  }
+  return best;
+}
+
 int fail(const slm::status& s) {
   std::fprintf(stderr, "error: %s\n", s.to_string().c_str());
   return 1;
@@ -167,20 +186,13 @@ int lookup_main(const std::string& dir, const std::string& shape) {
     std::vector<std::int32_t> reference;
     double plain_ms = 0;
     for (std::size_t k : {std::size_t{0}, drafts[0], drafts[1], drafts[2]}) {
-      double best = 1e300;
       std::vector<std::int32_t> out;
       slm::speculative_stats st;
-      for (std::size_t r = 0; r < repeats; ++r) {
-        slm::session_options o;
-        o.rollback_tokens = k;
-        auto s = m->new_session(o);
-        out.clear();
-        st = {};
-        const auto t0 = std::chrono::steady_clock::now();
-        if (auto e = slm::generate_greedy_lookup(s, *prompt, n, k, lookup, m->vocab(), smp, out, st, cx); !e)
-          return fail(e);
-        best = std::min(best, slm::seconds_since(t0) * 1e3);
-      }
+      auto ms = best_ms(*m, k, repeats, out, st, [&](auto& s, auto& o, auto& stats) {
+        return slm::generate_greedy_lookup(s, *prompt, n, k, lookup, m->vocab(), smp, o, stats, cx);
+      });
+      if (!ms) return fail(ms.error());
+      const double best = *ms;
       if (k == 0) reference = out, plain_ms = best;
       std::printf("%-13s %-7zu %10.2f %6zu/%-7zu %15.2f %8.2fx %9s\n", w.name, k, best, st.accepted, st.drafted,
                   st.tokens_per_forward(), plain_ms / best, out == reference ? "yes" : "NO");
@@ -272,22 +284,13 @@ int main(int argc, char** argv) {
   std::vector<std::int32_t> reference;
   double plain_ms = 0;
   for (std::size_t k = 0; k <= depths; ++k) {
-    double best = 1e300;
     std::vector<std::int32_t> out;
     slm::speculative_stats st;
-    for (std::size_t r = 0; r < repeats; ++r) {
-      slm::session_options o;
-      o.rollback_tokens = k;
-      auto s = m->new_session(o);
-      out.clear();
-      st = {};
-      const auto t0 = std::chrono::steady_clock::now();
-      if (auto e = slm::generate_greedy_mtp(s, prompt, n, k, m->vocab(), out, st, cx); !e) {
-        std::fprintf(stderr, "error: %s\n", e.to_string().c_str());
-        return 1;
-      }
-      best = std::min(best, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-    }
+    auto ms = best_ms(*m, k, repeats, out, st, [&](auto& s, auto& o, auto& stats) {
+      return slm::generate_greedy_mtp(s, prompt, n, k, m->vocab(), o, stats, cx);
+    });
+    if (!ms) return fail(ms.error());
+    const double best = *ms;
     if (k == 0) {
       reference = out;
       plain_ms = best;

@@ -121,6 +121,16 @@ struct speculative_stats {
 
 namespace detail {
 
+// Up to m lookup drafts after `history`, appended to seq and history; `found` holds them.
+inline std::size_t lookup_drafts(const prompt_lookup& lookup, std::vector<std::int32_t>& seq,
+                                 std::vector<std::int32_t>& history, std::size_t m, std::vector<std::int32_t>& found) {
+  found.clear();
+  const std::size_t k = lookup.propose(history, m, found);
+  seq.insert(seq.end(), found.begin(), found.end());
+  history.insert(history.end(), found.begin(), found.end());
+  return k;
+}
+
 // The greedy rounds of speculative decoding (see generate_greedy_mtp, whose contract this
 // is) over a draft source: propose(seq, history, m, next_index) appends up to m drafts to
 // seq (which holds the round's token) and to history, and returns how many (a result).
@@ -232,13 +242,7 @@ status generate_greedy_lookup(Session& s, std::span<const std::int32_t> prompt, 
                               std::span<const std::int32_t> stops = {}) {
   std::vector<std::int32_t> found;
   auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
-                     std::size_t) -> result<std::size_t> {
-    found.clear();
-    const std::size_t k = lookup.propose(history, m, found);
-    seq.insert(seq.end(), found.begin(), found.end());
-    history.insert(history.end(), found.begin(), found.end());
-    return k;
-  };
+                     std::size_t) -> result<std::size_t> { return detail::lookup_drafts(lookup, seq, history, m, found); };
   return detail::greedy_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, "generate_greedy_lookup",
                                propose);
 }
@@ -405,15 +409,12 @@ status generate_sampled_lookup(Session& s, std::span<const std::int32_t> prompt,
   std::vector<std::int32_t> found;
   auto propose = [&](std::vector<std::int32_t>& seq, std::vector<std::int32_t>& history, std::size_t m,
                      std::vector<std::vector<float>>& q) -> result<std::size_t> {
-    found.clear();
-    const std::size_t k = lookup.propose(history, m, found);
+    const std::size_t k = detail::lookup_drafts(lookup, seq, history, m, found);
     q.resize(k);
-    for (std::size_t i = 0; i < k; ++i) {
+    for (std::size_t i = 0; i < k; ++i) {  // one-hot: the draft was "drawn" with certainty
       q[i].assign(vocab, 0.0f);
       if (static_cast<std::size_t>(found[i]) < vocab) q[i][static_cast<std::size_t>(found[i])] = 1.0f;
     }
-    seq.insert(seq.end(), found.begin(), found.end());
-    history.insert(history.end(), found.begin(), found.end());
     return k;
   };
   return detail::sampled_rounds(s, prompt, n, draft_tokens, vocab, smp, out, st, cx, stops, propose);

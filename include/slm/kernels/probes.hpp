@@ -213,6 +213,27 @@ SLM_INLINE float fma_chains_scalar(std::size_t steps) noexcept {
 
 }  // namespace detail
 
+namespace detail {
+// The best of three passes of `chain()` run once on every thread, as operations per
+// second; `ops` is what one call performs. Each call's result is kept, so none is
+// optimised away.
+template <class Chain>
+double best_rate(executor_ref ex, double ops, Chain&& chain) {
+  std::vector<double> sink(ex.concurrency() * 8, 0.0);  // one cache line per thread
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 8] = static_cast<double>(chain()); });
+    const double sec = seconds_since(t0);
+    const double rate = ops * static_cast<double>(ex.concurrency()) / sec;
+    if (sec > 0 && rate > best) best = rate;
+  }
+  volatile double keep = 0;
+  for (double v : sink) keep = keep + v;
+  return best;
+}
+}  // namespace detail
+
 // FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread, with the
 // widest FMA this CPU has (AVX-512, else AVX2+FMA, else scalar).
 double probe_fma_f32(executor_ref ex, std::size_t elements = 20'000'000);
@@ -228,18 +249,8 @@ SLM_INLINE double probe_fma_f32(executor_ref ex, std::size_t elements) {
   (void)cpu;
 #endif
   const std::size_t steps = elements / lanes;
-  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = body(steps); });
-    const double sec = seconds_since(t0);
-    const double flops = 2.0 * detail::probe_chains * static_cast<double>(steps * lanes) * static_cast<double>(ex.concurrency());
-    if (sec > 0 && flops / sec > best) best = flops / sec;
-  }
-  volatile float keep = 0;
-  for (float v : sink) keep = keep + v;
-  return best;
+  return detail::best_rate(ex, 2.0 * detail::probe_chains * static_cast<double>(steps * lanes),
+                           [&] { return body(steps); });
 }
 #endif  // SLM_DEFINE_KERNELS
 
@@ -252,18 +263,8 @@ SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
   const cpu_features& cpu = host_cpu();
   if (!cpu.avx512bf16) return 0;
   const std::size_t steps = products / 32;
-  std::vector<float> sink(ex.concurrency() * 16, 0.0f);
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = detail::bf16_dot_chains_avx512(steps); });
-    const double sec = seconds_since(t0);
-    const double flops = 64.0 * detail::probe_chains * static_cast<double>(steps) * static_cast<double>(ex.concurrency());
-    if (sec > 0 && flops / sec > best) best = flops / sec;
-  }
-  volatile float keep = 0;
-  for (float v : sink) keep = keep + v;
-  return best;
+  return detail::best_rate(ex, 64.0 * detail::probe_chains * static_cast<double>(steps),
+                           [&] { return detail::bf16_dot_chains_avx512(steps); });
 #else
   (void)ex;
   (void)products;
@@ -272,7 +273,6 @@ SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
 }
 #endif  // SLM_DEFINE_KERNELS
 
-// All probes on the executor's threads, read bandwidth over `probe_bytes`.
 // Operations/s (128 per vpdpbusd: 64 int8 products, each a multiply and an add) of
 // independent int8 dot chains on every thread; 0 without AVX512_VNNI. The ceiling of the
 // int8-activation (W4A8) GEMM (kernels/avx512_vnni.hpp).
@@ -282,18 +282,8 @@ SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (!host_cpu().avx512vnni) return 0;
   const std::size_t steps = products / 64;
-  std::vector<std::int32_t> sink(ex.concurrency() * 16, 0);
-  double best = 0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)parallel_for_chunks(ex, ex.concurrency(), [&](std::size_t c) { sink[c * 16] = detail::int8_dot_chains_avx512(steps); });
-    const double sec = seconds_since(t0);
-    const double ops = 128.0 * detail::probe_chains * static_cast<double>(steps) * static_cast<double>(ex.concurrency());
-    if (sec > 0 && ops / sec > best) best = ops / sec;
-  }
-  volatile std::int32_t keep = 0;
-  for (std::int32_t v : sink) keep = keep + v;
-  return best;
+  return detail::best_rate(ex, 128.0 * detail::probe_chains * static_cast<double>(steps),
+                           [&] { return detail::int8_dot_chains_avx512(steps); });
 #else
   (void)ex;
   (void)products;
@@ -302,6 +292,7 @@ SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
 }
 #endif  // SLM_DEFINE_KERNELS
 
+// All probes on the executor's threads, read bandwidth over `probe_bytes`.
 probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes) {

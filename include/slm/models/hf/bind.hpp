@@ -397,14 +397,8 @@ struct binding<basic_moe_ffn<Router>> {
   }
 };
 
-// Mamba-2 mixers: backbone.layers.N.mixer (mamba2, nemotron_h) or model.layers.N.mamba
-// (granitemoehybrid).
-template <>
-struct binding<mamba2_mixer> {
-  static bool accepts(const model_config& c, std::size_t layer) noexcept {
-    return c.layers[layer].attention == attention_kind::mamba2;
-  }
-  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+// The Mamba-2 layer's sizes in a config (every Mamba-2 layer of a model has them).
+inline mamba2_config mamba2_config_of(const model_config& c) {
   mamba2_config m;
   m.d_model = c.hidden;
   m.d_state = c.ssm_state;
@@ -417,7 +411,18 @@ struct binding<mamba2_mixer> {
   m.eps = c.ssm_eps;
   m.dt_min = c.ssm_dt_min;
   if (c.ssm_dt_max > 0) m.dt_max = c.ssm_dt_max;
-  return load_mamba2(ck, c.attention_prefix(layer), m);
+  return m;
+}
+
+// Mamba-2 mixers: backbone.layers.N.mixer (mamba2, nemotron_h) or model.layers.N.mamba
+// (granitemoehybrid).
+template <>
+struct binding<mamba2_mixer> {
+  static bool accepts(const model_config& c, std::size_t layer) noexcept {
+    return c.layers[layer].attention == attention_kind::mamba2;
+  }
+  static result<mamba2_mixer> load(const checkpoint& ck, const model_config& c, std::size_t layer) {
+    return load_mamba2(ck, c.attention_prefix(layer), mamba2_config_of(c));
   }
 };
 

@@ -13,6 +13,7 @@
 
 #include "slm/core/status.hpp"
 #include "slm/layers/mamba2.hpp"
+#include "slm/models/hf/bind.hpp"
 #include "slm/models/hf/config.hpp"
 #include "slm/models/tensor_spec.hpp"
 
@@ -94,13 +95,7 @@ SLM_INLINE result<std::vector<tensor_spec>> checkpoint_tensors(const model_confi
         vec(a + ".indexer.k_norm.bias", c.index_head_dim, fill::zeros);
       }
     } else if (L.attention == attention_kind::mamba2) {
-      mamba2_config m;
-      m.d_model = c.hidden;
-      m.d_state = c.ssm_state;
-      m.d_conv = c.ssm_conv;
-      m.headdim = c.ssm_head_dim;
-      m.ngroups = c.ssm_groups;
-      m.d_inner = c.ssm_heads * c.ssm_head_dim;
+      const mamba2_config m = mamba2_config_of(c);
       const std::size_t H = m.heads(), cd = m.conv_dim();
       mat(a + ".in_proj.weight", m.in_proj_dim(), c.hidden);  // [d] -> [z, xBC, dt]
       add(a + ".conv1d.weight", {static_cast<I>(cd), 1, static_cast<I>(c.ssm_conv)}, fill::weight);
