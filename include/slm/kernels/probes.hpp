@@ -179,19 +179,19 @@ __attribute__((target("avx512f,avx512bf16"))) SLM_INLINE float bf16_dot_chains_a
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
-__attribute__((target("avx512f,avx512vnni"))) std::int32_t int8_dot_chains_avx512(std::size_t steps) noexcept;
+__attribute__((target("avx512f,avx512vnni"))) std::uint32_t int8_dot_chains_avx512(std::size_t steps) noexcept;
 #if SLM_DEFINE_KERNELS
-__attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::int32_t int8_dot_chains_avx512(std::size_t steps) noexcept {
+__attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_chains_avx512(std::size_t steps) noexcept {
   __m512i acc[probe_chains];
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_epi32(j);
   const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);  // u8 x s8 pairs
   for (std::size_t i = 0; i < steps; ++i)
     for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
-  alignas(64) std::int32_t tmp[16];
-  std::int32_t s = 0;
+  alignas(64) std::uint32_t tmp[16];
+  std::uint32_t s = 0;  // the lanes wrap (as vpdpbusd's do): unsigned, so the sum is defined
   for (int j = 0; j < probe_chains; ++j) {
     _mm512_store_si512(tmp, acc[j]);
-    for (std::int32_t t : tmp) s += t;
+    for (std::uint32_t t : tmp) s += t;
   }
   return s;
 }
