@@ -729,3 +729,29 @@ INSTANTIATE_TEST_SUITE_P(Golden, layersSessions,
                          ::testing::Values("llama", "llama3_rope", "qwen3", "qwen3_moe", "deepseek_v3", "deepseek_v32"));
 
 }  // namespace
+
+// A floats buffer that grows one row at a time (a session's per-position history) keeps
+// its values, zeroes what is new, and reallocates O(log n) times, not once per row: each
+// reallocation copies the whole buffer, so exact-size growth made n decode steps O(n^2).
+TEST(Floats, GrowingOneRowAtATimeReallocatesRarely) {
+  slm::floats f;
+  constexpr std::size_t row = 1024, rows = 4000;
+  std::size_t moves = 0;
+  const float* last = nullptr;
+  for (std::size_t r = 1; r <= rows; ++r) {
+    ASSERT_TRUE(f.resize(r * row).ok());
+    if (f.data() != last) ++moves, last = f.data();
+    ASSERT_EQ(f[(r - 1) * row + 5], 0.0f);  // new values are zero
+    f[(r - 1) * row + 5] = static_cast<float>(r);
+  }
+  EXPECT_LE(moves, 25u);  // 1.5x steps from 1 row to 4000
+  for (std::size_t r = 1; r <= rows; ++r) ASSERT_EQ(f[(r - 1) * row + 5], static_cast<float>(r));
+  slm::floats g;  // a jump is allocated as asked: a scratch buffer sized once stays exact
+  ASSERT_TRUE(g.resize(10).ok());
+  ASSERT_TRUE(g.resize(1000).ok());
+  const float* p = g.data();
+  ASSERT_TRUE(g.resize(1001).ok());
+  EXPECT_NE(g.data(), p);  // 1000 was the exact capacity
+  ASSERT_TRUE(g.resize(1400).ok());  // within the 1.5x growth of 1001: no new allocation
+  EXPECT_EQ(g.size(), 1400u);
+}

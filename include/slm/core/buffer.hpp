@@ -24,22 +24,30 @@ class floats {
   floats() noexcept = default;
 
   // At least n floats; existing values are kept, new ones are zero. Never shrinks the
-  // allocation (a session reuses its buffers from call to call).
+  // allocation (a session reuses its buffers from call to call). A buffer that grows a
+  // little at a time (a per-position history, one row per decode step) grows its
+  // allocation by half at least, so n steps copy O(n) floats in all, not O(n^2); a jump
+  // past that is allocated exactly, and where the larger allocation fails, the exact one
+  // is tried.
   status resize(std::size_t n) {
     if (n <= capacity_) {
       if (n > size_) std::fill(data() + size_, data() + n, 0.0f);
       size_ = n;
       return {};
     }
-    if (n > std::numeric_limits<std::size_t>::max() / sizeof(float))
-      return make_error(errc::out_of_memory, "cannot hold ", n, " floats");
-    auto b = aligned_buffer::allocate(n * sizeof(float));
+    constexpr std::size_t most = std::numeric_limits<std::size_t>::max() / sizeof(float);
+    if (n > most) return make_error(errc::out_of_memory, "cannot hold ", n, " floats");
+    const std::size_t grown = capacity_ + capacity_ / 2;
+    std::size_t cap = size_ > 0 && n < grown && grown <= most ? grown : n;
+    auto b = aligned_buffer::allocate(cap * sizeof(float));
+    if (!b.ok() && cap > n) b = aligned_buffer::allocate((cap = n) * sizeof(float));
     if (!b.ok()) return std::move(b).take_error();
     float* p = reinterpret_cast<float*>(b->data());
     if (size_) std::memcpy(p, data(), size_ * sizeof(float));
     std::fill(p + size_, p + n, 0.0f);
     buf_ = std::move(*b);
-    size_ = capacity_ = n;
+    size_ = n;
+    capacity_ = cap;
     return {};
   }
   // Sized and filled with zeros.
