@@ -60,23 +60,14 @@ struct family {
   std::vector<std::pair<const char*, std::int64_t>> sizes;
 };
 
-slm::json::value scaled_config(const slm::json::value& golden, const family& f) {
+slm::result<slm::json::value> scaled_config(const slm::json::value& golden, const family& f) {
   slm::json::value c = golden;
-  std::int64_t layers = 0;
+  std::size_t layers = 0;
   for (const auto& [key, v] : f.sizes) {
-    c.set(key, slm::json::value(v));
-    if (std::string_view(key) == "num_hidden_layers") layers = v;
+    if (std::string_view(key) == "num_hidden_layers") layers = static_cast<std::size_t>(v);
+    else c.set(key, slm::json::value(v));
   }
-  // Per-layer lists follow the new depth: the last entry repeats.
-  for (const char* key : {"layer_types", "mlp_layer_types"}) {
-    const slm::json::value* old = golden.find(key);
-    if (!old || !old->is_array() || old->size() == 0) continue;
-    slm::json::value list = slm::json::value::make_array();
-    for (std::int64_t i = 0; i < layers; ++i)
-      list.push_back((*old)[std::min<std::size_t>(static_cast<std::size_t>(i), old->size() - 1)]);
-    c.set(key, std::move(list));
-  }
-  return c;
+  return slm::synthetic::with_layers(c, layers);  // the depth, and every per-layer list with it
 }
 
 // ---- measurement -------------------------------------------------------------------------
@@ -223,7 +214,9 @@ int main(int argc, char** argv) {
     if (!golden.ok()) { rc = fail(golden.error()); break; }
     const auto bf16_dir = tmp / slm::cat(fam.name, "_bf16"), fp4_dir = tmp / slm::cat(fam.name, "_nvfp4");
     const auto t0 = std::chrono::steady_clock::now();
-    if (auto s = slm::synthetic::write_checkpoint(bf16_dir, scaled_config(golden->config(), fam), *pool); !s.ok()) {
+    auto scaled = scaled_config(golden->config(), fam);
+    if (!scaled.ok()) { rc = fail(scaled.error()); break; }
+    if (auto s = slm::synthetic::write_checkpoint(bf16_dir, *scaled, *pool); !s.ok()) {
       rc = fail(s);
       break;
     }

@@ -673,18 +673,25 @@ int cmd_perplexity(const args& a) {
   return 0;
 }
 
-int cmd_quantize(const args& a) {
-  const std::string_view in = a.get("in"), out = a.get("out"), fmt = a.get("format", "nvfp4");
-  if (in.empty() || out.empty()) return usage_error("quantize needs --in DIR and --out DIR");
+// What --format and --quantize-embeddings ask of a conversion (quantize, and bench
+// --synthetic's).
+slm::convert_options convert_options_of(const args& a) {
   static constexpr slm::weight_format formats[] = {slm::weight_format::nvfp4, slm::weight_format::mxfp4,
                                                    slm::weight_format::fp8_e4m3, slm::weight_format::bf16};
   slm::convert_options opt;
   opt.format = formats[pick(a, "format")];  // in the order of the row
+  if (a.has("quantize-embeddings")) opt.include = slm::embedding_include_patterns();
+  return opt;
+}
+
+int cmd_quantize(const args& a) {
+  const std::string_view in = a.get("in"), out = a.get("out"), fmt = a.get("format", "nvfp4");
+  if (in.empty() || out.empty()) return usage_error("quantize needs --in DIR and --out DIR");
+  slm::convert_options opt = convert_options_of(a);
+  const std::vector<std::string> include = a.all("include");
+  opt.include.insert(opt.include.begin(), include.begin(), include.end());
   opt.exclude = a.all("exclude");
-  opt.include = a.all("include");
   opt.replace = a.has("force");
-  if (a.has("quantize-embeddings"))
-    for (std::string& p : slm::embedding_include_patterns()) opt.include.push_back(std::move(p));
   auto pool = make_pool(a);
   if (!pool.ok()) return fail(pool.error());
   const bool tty = isatty(fileno(stderr)) != 0;
@@ -803,12 +810,8 @@ int cmd_bench_synthetic(const args& a) {
       std::fprintf(stderr, "slm bench: wrote %s in %.1f s\n", bf16_dir.string().c_str(), slm::seconds_since(t0));
     }
     if (fmt != "bf16") {
-      static constexpr slm::weight_format formats[] = {slm::weight_format::nvfp4, slm::weight_format::mxfp4,
-                                                       slm::weight_format::fp8_e4m3, slm::weight_format::bf16};
-      slm::convert_options opt;
-      opt.format = formats[pick(a, "format")];
+      slm::convert_options opt = convert_options_of(a);
       opt.replace = true;
-      if (a.has("quantize-embeddings")) opt.include = slm::embedding_include_patterns();
       const auto t0 = std::chrono::steady_clock::now();
       auto r = slm::convert_checkpoint(bf16_dir, model_dir, opt, rt->pool);
       if (!r.ok()) return fail(r.error());
@@ -840,7 +843,7 @@ int cmd_bench_synthetic(const args& a) {
               sh->layers, sh->full_layers, static_cast<double>(params) / (billions ? 1e9 : 1e6),
               billions ? "B" : "M",
               static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
-              fmt == "nvfp4" || fmt == "mxfp4" ? act_names[pick(a, "act")] : "f32", probe.threads);
+              fp4 ? act_names[pick(a, "act")] : "f32", probe.threads);
   std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, int8_dot: %.1f GOP/s, "
               "isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,

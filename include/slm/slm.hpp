@@ -12,6 +12,7 @@
 #include "slm/core/status.hpp"
 #include "slm/core/dtype.hpp"
 #include "slm/core/numeric.hpp"
+#include "slm/core/hash.hpp"
 #include "slm/core/tensor.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/io/json.hpp"

@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/core/hash.hpp"
 #include "slm/core/status.hpp"
 
 namespace slm {
@@ -94,14 +95,6 @@ class rng {
   result_type operator()() noexcept { return next(); }
   static constexpr result_type min() noexcept { return 0; }
   static constexpr result_type max() noexcept { return ~result_type{0}; }
-
-  // splitmix64 (Vigna): advances `x` and returns the next output.
-  static constexpr std::uint64_t splitmix64(std::uint64_t& x) noexcept {
-    std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
 
  private:
   static constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept { return (x << k) | (x >> (64 - k)); }

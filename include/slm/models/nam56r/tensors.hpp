@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "slm/core/hash.hpp"
 #include "slm/core/status.hpp"
 #include "slm/io/json.hpp"
 #include "slm/models/nam56r/model.hpp"
@@ -197,12 +198,7 @@ SLM_INLINE result<std::vector<tensor_spec>> nam56r_checkpoint_tensors(const json
     // Trained checkpoints hold random draws from construction (odd multipliers in
     // [1, 2^31), biases in [0, 2^31)); splitmix64 gives fixed ones of the same kind that
     // differ per table and position, so the tables hash independently.
-    auto mix = [](std::uint64_t z) {
-      z += 0x9E3779B97F4A7C15ull;
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-      return z ^ (z >> 31);
-    };
+    auto mix = [](std::uint64_t z) { return splitmix64(z); };  // splitmix64 from state z
     tensor_spec& mults = add(x + ".hash_mults", {J, M}, fill::values);
     mults.type = dtype::i64;
     for (std::size_t k = 0; k < J * M; ++k) mults.values.push_back(static_cast<std::int64_t>((mix(k) >> 33) | 1u));
