@@ -78,6 +78,9 @@ void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::
   state.counters["ratio_to_fma_peak"] = flops / sec / g_probe.f32_flops_per_s;
   if (act == slm::activation_precision::bf16 && g_probe.bf16_flops_per_s > 0)
     state.counters["ratio_to_bf16_peak"] = flops / sec / g_probe.bf16_flops_per_s;
+  if (act == slm::activation_precision::bf16 && g_probe.amx_bf16_flops_per_s > 0 && slm::amx_bf16_accelerated(which) &&
+      K % 32 == 0 && n_tok > slm::detail::mm::gemv_max_tokens)  // on AMX tiles (kernels/amx.hpp)
+    state.counters["ratio_to_amx_peak"] = flops / sec / g_probe.amx_bf16_flops_per_s;
 }
 
 void register_all() {
@@ -165,11 +168,13 @@ int main(int argc, char** argv) {
   g_probe = slm::measure_probes(*pool, env_size("SLM_PROBE_MIB", 1024) << 20);
   const slm::cpu_features& cpu = slm::host_cpu();
   std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, bf16 dot peak %.1f GFLOP/s, "
-              "%zu threads\n",
+              "AMX bf16 peak %.1f GFLOP/s, %zu threads\n",
               g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9,
-              g_probe.bf16_flops_per_s / 1e9, threads);
-  std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d; matmul isa %s; compiled %s\n",
+              g_probe.bf16_flops_per_s / 1e9, g_probe.amx_bf16_flops_per_s / 1e9, threads);
+  std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx-bf16 %d; matmul isa %s; "
+              "compiled %s\n",
               cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.avx512bf16,
+              slm::amx_usable(),
               std::string(slm::to_string(slm::default_isa())).c_str(),
 #if defined(__AVX512F__)
               "with AVX-512 (-march)"
@@ -182,6 +187,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("probe_read_GBps", std::to_string(g_probe.read_bytes_per_s / 1e9));
   benchmark::AddCustomContext("probe_f32_GFLOPs", std::to_string(g_probe.f32_flops_per_s / 1e9));
   benchmark::AddCustomContext("probe_bf16_GFLOPs", std::to_string(g_probe.bf16_flops_per_s / 1e9));
+  benchmark::AddCustomContext("probe_amx_bf16_GFLOPs", std::to_string(g_probe.amx_bf16_flops_per_s / 1e9));
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -224,7 +224,8 @@ constexpr option options[] = {
     {"gen-tokens", "N", "bench", "tokens decoded (default 32; 128 with --synthetic)", kind::count},
     {"kernels", "", "bench", "GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on 4096x4096, 4096x14336, "
      "14336x4096, 2048x8192 (N x K); one line per case: FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the "
-     "read-bandwidth or FMA probe; GEMM ratios of the _bf16act lines are to the bf16 dot probe), then the opt-in paths "
+     "read-bandwidth or FMA probe; GEMM ratios of the _bf16act lines are to the bf16 dot probe, or to the AMX "
+     "bf16 probe where they run on tiles), then the opt-in paths "
      "nvfp4_w4a8, mxfp4_w4a8 (int8 activations) and nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act (bf16 activations)"},
     {"only", "L[,L...]", "bench", "only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)"},
     {"quick", "", "bench", "one small shape only, weights in cache (a smoke test, not a figure)"},
@@ -832,10 +833,12 @@ int cmd_bench_synthetic(const args& a) {
   const bool fp4 = fmt == "nvfp4" || fmt == "mxfp4";
   const bool bf16_products = fp4 && rt->act == slm::activation_precision::bf16 && probe.bf16_flops_per_s > 0;
   const bool int8_products = fp4 && rt->act == slm::activation_precision::int8 && probe.int8_ops_per_s > 0;
-  const double compute_peak = bf16_products   ? probe.bf16_flops_per_s
+  // A prompt's products (more tokens than the GEMV takes) run on AMX tiles where they can.
+  const bool tiles = bf16_products && slm::amx_bf16_accelerated() && probe.amx_bf16_flops_per_s > 0;
+  const double compute_peak = bf16_products   ? probe.bf16_gemm_peak(tiles)
                               : int8_products ? probe.int8_ops_per_s
                                               : probe.f32_flops_per_s;
-  const char* compute_probe = bf16_products ? "bf16_dot" : int8_products ? "int8_dot" : "f32_fma";
+  const char* compute_probe = tiles ? "amx_bf16" : bf16_products ? "bf16_dot" : int8_products ? "int8_dot" : "f32_fma";
   static constexpr const char* act_names[] = {"f32", "bf16", "int8"};
   const bool billions = params >= 1000000000;
   std::printf("shape %.*s: %s, %zu of %zu layers, %.3f %s parameters; weights %.*s%s, activations %s; threads %zu\n",
@@ -845,9 +848,9 @@ int cmd_bench_synthetic(const args& a) {
               static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
               fp4 ? act_names[pick(a, "act")] : "f32", probe.threads);
   std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, int8_dot: %.1f GOP/s, "
-              "isa: %.*s\n",
+              "amx_bf16: %.1f GFLOP/s, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
-              probe.int8_ops_per_s / 1e9,
+              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
 
   const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
@@ -904,8 +907,9 @@ int cmd_bench(const args& a) {
   if (!pool.ok()) return fail(pool.error());
   const slm::probe_result probe = slm::measure_probes(*pool, a.count("probe-mib", 1024) << 20);
   std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nprobe bf16_dot: %.1f GFLOP/s\n"
-              "threads: %zu, isa: %.*s\n",
-              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9, probe.threads,
+              "probe amx_bf16: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
+              probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
+              probe.amx_bf16_flops_per_s / 1e9, probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
   const bool quick = a.has("quick");  // one shape, for tests
   for (const slm::kernel_case& c : slm::kernel_bench_cases(quick, a.get("only"))) {

@@ -271,8 +271,10 @@ TEST(KernelTable, EveryKeyHasTheDocumentedRow) {
       ASSERT_NE(b16.gemm, nullptr);
       const bool has_bf16 = fp4 || f == weight_format::bf16;
       if (has_bf16 && slm::bf16_activations_accelerated(which)) {
-        EXPECT_EQ(b16.name, "avx512_bf16");
+        // The vdpbf16ps row, its GEMM on AMX tiles where this CPU and process allow them.
+        EXPECT_EQ(b16.name, slm::amx_bf16_accelerated(which) ? "amx_bf16" : "avx512_bf16");
         EXPECT_NE(b16.gemm_prepare, nullptr);
+        EXPECT_NE(b16.gemv[1], nullptr);
       } else {
         EXPECT_EQ(b16.name, f32.name);
         EXPECT_EQ(b16.round_bf16, has_bf16) << slm::to_string(f);  // the definition on f32 kernels
@@ -584,4 +586,22 @@ TEST(Probes, ReadBandwidthOnOddSizes) {
       EXPECT_TRUE(std::isfinite(bw));
     }
   }
+}
+
+// The AMX tile probe runs where the kernels would (amx_usable), gives a finite positive rate
+// there and 0 elsewhere; AMX is never usable without the CPU feature.
+TEST(Probes, TileProbeFollowsAmxUsable) {
+  slm::serial_executor one;
+  const double r = slm::probe_tile_bf16(one, 4000);
+  if (slm::amx_usable()) {
+    EXPECT_GT(r, 0.0);
+    EXPECT_TRUE(std::isfinite(r));
+    EXPECT_TRUE(slm::host_cpu().amx_bf16);
+  } else {
+    EXPECT_EQ(r, 0.0);
+  }
+  if (!slm::host_cpu().amx_bf16) EXPECT_FALSE(slm::amx_usable());
+  const slm::probe_result p{0, 0, 0, 0, 7, 1, 0};
+  EXPECT_EQ(p.bf16_gemm_peak(true), 7.0);
+  EXPECT_EQ(p.bf16_gemm_peak(false), 0.0);
 }

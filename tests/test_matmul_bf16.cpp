@@ -143,11 +143,13 @@ slm::status run(int threads, const weight_matrix& w, const float* x, std::size_t
 
 void sweep(weight_format f, std::vector<std::size_t> Ks) {
   std::mt19937 rng(77u + static_cast<unsigned>(f));
-  std::size_t cases = 0, accelerated = 0;
+  std::size_t cases = 0, accelerated = 0, tiles = 0;
   for (std::size_t N : {1u, 3u, 16u, 17u, 64u, 70u, 131u}) {
     for (std::size_t K : Ks) {
-      for (std::size_t n_tok : {1u, 2u, 3u, 7u, 33u}) {
-        if (N == 131 && n_tok == 33 && K > 300) continue;  // keep the sweep quick
+      // 33 and 40 tokens: the GEMM, on AMX tiles where present (K % 32 == 0): two token
+      // blocks and a partial one (33), one whole pair and a partial block (40).
+      for (std::size_t n_tok : {1u, 2u, 3u, 7u, 33u, 40u}) {
+        if (N == 131 && n_tok >= 33 && K > 300) continue;  // keep the sweep quick
         const std::size_t mis = (N + K + n_tok) % 4;
         owned_weight o = make_weight(f, N, K, mis, rng);
         const std::size_t ldx = K + 3, ldy = N + 2;
@@ -186,6 +188,7 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
             }
             ++cases;
             if (slm::bf16_activations_accelerated(which)) ++accelerated;
+            if (slm::amx_bf16_accelerated(which) && n_tok > slm::detail::mm::gemv_max_tokens && K % 32 == 0) ++tiles;
           }
         }
       }
@@ -195,6 +198,42 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
   if (slm::bf16_activations_accelerated()) {
     EXPECT_GT(accelerated, 0u);
   }
+  if (slm::amx_bf16_accelerated()) {
+    EXPECT_GT(tiles, 0u);
+  }
+}
+
+// The AMX GEMM's own geometry (kernels/amx.hpp): three 256-row panels, the last partial and
+// not a whole row block (520 = 2 x 256 + 8), two column panels, the second partial (1088 =
+// 1024 + 64), and 65 tokens (two 2 x 2 steps, then a lone block of one token); every thread
+// count gives the same bits, and every value is within the bound of the definition.
+TEST(MatmulBf16Activations, TilePanels) {
+  if (!slm::amx_bf16_accelerated()) GTEST_SKIP() << "no AMX-BF16";
+  for (weight_format f : {weight_format::nvfp4, weight_format::bf16}) {
+    std::mt19937 rng(5u + static_cast<unsigned>(f));
+    const std::size_t N = 520, K = 1088, n_tok = 65, ldx = K + 5, ldy = N + 3;
+    owned_weight o = make_weight(f, N, K, 1, rng, false);
+    std::vector<float> xbuf(n_tok * ldx);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : xbuf) v = nd(rng);
+    const bounds b = compute_bounds(o.w, xbuf.data(), n_tok, ldx);
+    const double g = gamma_n(K + 10);
+    std::vector<float> first;
+    for (int threads : {1, 2, 3}) {
+      SCOPED_TRACE(slm::cat(slm::to_string(f), " threads=", threads));
+      std::vector<float> y(n_tok * ldy, -7.0f);
+      ASSERT_TRUE(run(threads, o.w, xbuf.data(), n_tok, ldx, y.data(), ldy, isa::avx512).ok());
+      for (std::size_t t = 0; t < n_tok; ++t) {
+        for (std::size_t n = 0; n < N; ++n) {
+          const std::size_t i = t * N + n;
+          ASSERT_LE(std::fabs(y[t * ldy + n] - b.yb[i]), g * b.sb[i] + b.d[i] + 1e-35) << "t=" << t << " n=" << n;
+        }
+        for (std::size_t n = N; n < ldy; ++n) ASSERT_EQ(y[t * ldy + n], -7.0f) << "wrote past N";
+      }
+      if (first.empty()) first = y;
+      else ASSERT_EQ(first, y) << "result depends on the thread count";
+    }
+  }
 }
 
 TEST(MatmulBf16Activations, Reports) {
@@ -203,9 +242,10 @@ TEST(MatmulBf16Activations, Reports) {
 
 // K not a multiple of 128 (the GEMV chunk) or 256 (the GEMM panel), N = 1, odd N, 1..33
 // tokens (GEMV, the 6-token tiles and their remainders), bf16 with odd K.
-TEST(MatmulBf16Activations, Nvfp4) { sweep(weight_format::nvfp4, {16, 48, 80, 128, 272, 784, 1040}); }
-TEST(MatmulBf16Activations, Mxfp4) { sweep(weight_format::mxfp4, {32, 96, 256, 288, 1056}); }
-TEST(MatmulBf16Activations, Bf16) { sweep(weight_format::bf16, {1, 7, 37, 64, 80, 256, 513, 1040}); }
+// K = 1056 and 2080: more than one 1024-column AMX panel, the last one partial.
+TEST(MatmulBf16Activations, Nvfp4) { sweep(weight_format::nvfp4, {16, 48, 80, 128, 272, 784, 1040, 1056}); }
+TEST(MatmulBf16Activations, Mxfp4) { sweep(weight_format::mxfp4, {32, 96, 256, 288, 1056, 2080}); }
+TEST(MatmulBf16Activations, Bf16) { sweep(weight_format::bf16, {1, 7, 37, 64, 80, 256, 513, 1040, 1056}); }
 
 // The vectorized rounding is the scalar definition bit for bit: ties, subnormals (to
 // zero), the smallest normal, overflow to inf, inf, NaN.
@@ -334,7 +374,7 @@ TEST(MatmulBf16Activations, SelectionAndFallback) {
 
 TEST(MatmulBf16Activations, NegativeZeroNanScaleAndNonFiniteActivations) {
   slm::serial_executor ex;
-  for (std::size_t n_tok : {1u, 4u}) {
+  for (std::size_t n_tok : {1u, 4u, 20u}) {  // 20: the GEMM, on AMX tiles where present
     // Codes 0x88 (-0, -0) in row 0; row 1 has a NaN block scale (0x7F).
     std::vector<std::byte> data(2 * 128, std::byte{0x88}), scales(2 * 16, std::byte{0x38});
     for (std::size_t i = 128; i < 256; ++i) data[i] = std::byte{0x21};

@@ -11,6 +11,10 @@
 //                                       the register state it needs, XCR0).
 //   const cpu_features& host_cpu()      the same, detected once (function-local static,
 //                                       thread-safe initialisation, never written after).
+//   bool amx_usable()                   AMX-BF16 tiles usable by this process: the CPU has
+//                                       them, the OS saves their state (XCR0), and on Linux
+//                                       the process holds the permission, which the first
+//                                       call asks for (arch_prctl; see the function).
 //   isa                                 a kernel family: scalar, avx2 (AVX2+FMA+F16C),
 //                                       avx512 (F+BW+VL, plus VNNI/BF16 where present),
 //                                       neon (AArch64 Advanced SIMD; only there).
@@ -35,6 +39,10 @@
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define SLM_X86 1
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 
 // The NEON kernels: AArch64, little-endian (they reinterpret byte vectors as wider
@@ -60,6 +68,7 @@ struct cpu_features {
   bool avx512bf16 = false;
   bool avx512vbmi = false;
   bool avxvnni = false;
+  bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, tile state enabled in XCR0 (see amx_usable())
   // arm
   bool neon = false;
 };
@@ -96,6 +105,7 @@ inline cpu_features detect_cpu_features() noexcept {
   f.f16c = f.avx && cpu_f16c;
   if (max_leaf >= 7) {
     __cpuid_count(7, 0, a, b, c, d);
+    const unsigned leaf7_edx = d;
     f.avx2 = f.avx && ((b >> 5) & 1u);
     f.avx512f = os_avx512 && ((b >> 16) & 1u);
     f.avx512dq = f.avx512f && ((b >> 17) & 1u);
@@ -109,6 +119,9 @@ inline cpu_features detect_cpu_features() noexcept {
       f.avxvnni = f.avx && ((a >> 4) & 1u);
       f.avx512bf16 = f.avx512f && ((a >> 5) & 1u);
     }
+    // Leaf 7.0 EDX: AMX-BF16 bit 22, AMX-TILE bit 24; XCR0 bits 17-18: XTILECFG, XTILEDATA.
+    const bool os_amx = (xcr0 & 0x60000u) == 0x60000u;
+    f.amx_bf16 = f.avx512f && os_amx && ((leaf7_edx >> 22) & 1u) && ((leaf7_edx >> 24) & 1u);
   }
 #elif defined(__aarch64__) || defined(__ARM_NEON)
   f.neon = true;  // mandatory in AArch64
@@ -120,6 +133,26 @@ inline cpu_features detect_cpu_features() noexcept {
 inline const cpu_features& host_cpu() noexcept {
   static const cpu_features f = detect_cpu_features();
   return f;
+}
+
+// Whether this process may use AMX-BF16 tiles (the kernels of kernels/amx.hpp). Linux keeps
+// the 8 KiB of tile data out of a process's saved state until the process asks for it
+// (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); the first call asks, once. The
+// grant is process-wide, for every thread, and changes nothing else: a thread's tile state
+// is saved only after it has used the tiles. The kernel refuses the request when a thread's
+// alternate signal stack is too small for the larger signal frame; then this is false and
+// the AVX-512 kernels run. Elsewhere than Linux, false: no AMX kernels.
+inline bool amx_usable() noexcept {
+#if defined(SLM_X86) && defined(__linux__) && defined(SYS_arch_prctl)
+  static const bool granted = [] {
+    if (!host_cpu().amx_bf16) return false;
+    constexpr long req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, req_xcomp_perm, xfeature_xtiledata) == 0;
+  }();
+  return granted;
+#else
+  return false;
+#endif
 }
 
 // Kernel families, in increasing order of capability on x86 (neon is the only family

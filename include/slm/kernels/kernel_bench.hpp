@@ -55,16 +55,25 @@ SLM_INLINE result<synthetic_weights> make_synthetic_weights(weight_format f, std
   out.buffer = std::move(*buf);
   out.bytes_per_copy = data + blocks;
   auto* words = reinterpret_cast<std::uint64_t*>(out.buffer.data());
-  // Masks keep dense values finite and small: bf16/f16 |v| < 2, f32 |v| < 2, e4m3 < 2.
+  // Masks keep dense values finite and small: bf16/f16 |v| < 2, f32 |v| < 2, e4m3 < 2; the
+  // exponent's lowest bit set keeps them normal. A subnormal operand costs Intel cores a
+  // microcode assist per instruction: with 1 bf16 value in 128 subnormal (as plain random
+  // bits give) the f32-activation bf16 GEMM measured 13 GFLOP/s on a Xeon whose FMA probe
+  // gives 430, a figure of the data, not of the kernel (checkpoints hold no subnormals).
   const std::uint64_t mask = f == weight_format::bf16 || f == weight_format::f16 ? 0x3FFF3FFF3FFF3FFFull
                              : f == weight_format::f32                          ? 0x3FFFFFFF3FFFFFFFull
                              : f == weight_format::fp8_e4m3                     ? 0x3F3F3F3F3F3F3F3Full
                                                                                 : ~0ull;
+  const std::uint64_t normal = f == weight_format::bf16       ? 0x0080008000800080ull
+                               : f == weight_format::f16      ? 0x0400040004000400ull
+                               : f == weight_format::f32      ? 0x0080000000800000ull
+                               : f == weight_format::fp8_e4m3 ? 0x0808080808080808ull
+                                                              : 0ull;
   SLM_TRY(parallel_for(ex, 0, per * count / 8, [&](std::size_t lo, std::size_t hi) {
     std::uint64_t s = 0x9E3779B97F4A7C15ull * (lo + 1);
     for (std::size_t i = lo; i < hi; ++i) {
       s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-      words[i] = s & mask;
+      words[i] = (s & mask) | normal;
     }
   }));
   for (std::size_t c = 0; c < count; ++c) {
@@ -129,7 +138,10 @@ SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, 
     fig.value = 2.0 * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(n_tok) * calls / elapsed / 1e9;
     const bool bf16_ceiling = act == activation_precision::bf16 && probe.bf16_flops_per_s > 0 &&
                               bf16_activations_accelerated();
-    fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_flops_per_s : probe.f32_flops_per_s);
+    // On AMX tiles (kernels/amx.hpp: K % 32 == 0, more tokens than the GEMV takes) the tile probe.
+    const bool tiles = bf16_ceiling && amx_bf16_accelerated() && k % 32 == 0 && n_tok > detail::mm::gemv_max_tokens &&
+                       (f == weight_format::nvfp4 || f == weight_format::mxfp4 || f == weight_format::bf16);
+    fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_gemm_peak(tiles) : probe.f32_flops_per_s);
   }
   return fig;
 }

@@ -13,6 +13,10 @@
 //   int8 dot peak   the same with vpdpbusd (AVX512_VNNI: 64 u8 x s8 products summed in
 //                   fours into 16 i32 lanes, 128 operations per instruction); 0 without
 //                   it. The ceiling of the int8-activation (W4A8) GEMM.
+//   AMX bf16 peak   tdpbf16ps on tiles held in registers (16 x 16 x 32 products, 16384
+//                   FLOP per instruction), four independent accumulators; 0 where
+//                   amx_usable() is false. The ceiling of the bf16-activation GEMM where it
+//                   runs on tiles (kernels/amx.hpp).
 //
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (core/cpu.hpp), like the kernels.
@@ -41,6 +45,11 @@ struct probe_result {
   double f32_flops_per_s = 0;
   double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
   double int8_ops_per_s = 0;    // 0: no AVX512_VNNI
+  double amx_bf16_flops_per_s = 0;  // 0: no AMX-BF16 usable (amx_usable())
+
+  // The ceiling of a bf16-activation GEMM: AMX's where its kernels run, else vdpbf16ps's
+  // (0 without either).
+  double bf16_gemm_peak(bool on_tiles) const noexcept { return on_tiles ? amx_bf16_flops_per_s : bf16_flops_per_s; }
   std::size_t threads = 1;
   std::size_t probe_bytes = 0;
 };
@@ -196,6 +205,43 @@ __attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
+__attribute__((target("amx-tile,amx-bf16"))) float tile_dot_chains_amx(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("amx-tile,amx-bf16"))) SLM_INLINE float tile_dot_chains_amx(std::size_t steps) noexcept {
+  struct alignas(64) config {
+    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    std::uint16_t colsb[16] = {};
+    std::uint8_t rows[16] = {};
+  } cfg;
+  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+  alignas(64) std::uint16_t a[16 * 32], b[16 * 32];
+  alignas(64) float c[16 * 16];
+  std::fill(a, a + 16 * 32, std::uint16_t{0x3F80});  // 1
+  std::fill(b, b + 16 * 32, std::uint16_t{0x33D6});  // 1e-7
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+  for (std::size_t i = 0; i < steps; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  float s = 0;
+  _tile_stored(0, c, 64);
+  s += c[0];
+  _tile_stored(3, c, 64);
+  s += c[255];
+  _tile_release();
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
 #endif
 
 float fma_chains_scalar(std::size_t steps) noexcept;
@@ -292,6 +338,24 @@ SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
 }
 #endif  // SLM_DEFINE_KERNELS
 
+// FLOP/s (16384 per tdpbf16ps) of four independent tile accumulators on every thread; 0
+// where amx_usable() is false.
+double probe_tile_bf16(executor_ref ex, std::size_t instructions = 200'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_tile_bf16(executor_ref ex, std::size_t instructions) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!amx_usable()) return 0;
+  const std::size_t steps = instructions / 4;
+  return detail::best_rate(ex, 4.0 * 16384.0 * static_cast<double>(steps),
+                           [&] { return detail::tile_dot_chains_amx(steps); });
+#else
+  (void)ex;
+  (void)instructions;
+  return 0;
+#endif
+}
+#endif  // SLM_DEFINE_KERNELS
+
 // All probes on the executor's threads, read bandwidth over `probe_bytes`.
 probe_result measure_probes(executor_ref ex, std::size_t probe_bytes = std::size_t(1) << 30);
 #if SLM_DEFINE_KERNELS
@@ -303,6 +367,7 @@ SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes)
   r.f32_flops_per_s = probe_fma_f32(ex);
   r.bf16_flops_per_s = probe_dot_bf16(ex);
   r.int8_ops_per_s = probe_dot_int8(ex);
+  r.amx_bf16_flops_per_s = probe_tile_bf16(ex);
   return r;
 }
 #endif  // SLM_DEFINE_KERNELS

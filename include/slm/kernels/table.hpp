@@ -6,7 +6,8 @@
 //   activations  formats             scalar      avx2        avx512                    neon
 //   f32          every               reference   avx2        avx512                    neon
 //   bf16         nvfp4 mxfp4 bf16    f32 row of the isa, x rounded to bf16 first;
-//                                    avx512 with AVX512_BF16: avx512_bf16 (vdpbf16ps)
+//                                    avx512 with AVX512_BF16: avx512_bf16 (vdpbf16ps);
+//                                    and AMX-BF16: amx_bf16 (its GEMM on tiles)
 //   int8         nvfp4 mxfp4         w4a8 reference; avx512 with VNNI: avx512_vnni
 //   bf16 / int8  the other formats   the f32 row (their products stay exact)
 //
@@ -18,6 +19,7 @@
 
 #include "slm/core/cpu.hpp"
 #include "slm/formats/weights.hpp"
+#include "slm/kernels/amx.hpp"
 #include "slm/kernels/avx2.hpp"
 #include "slm/kernels/avx512.hpp"
 #include "slm/kernels/avx512_bf16.hpp"
@@ -54,6 +56,12 @@ inline bool avx512_with(isa which, bool cpu_features::*has) noexcept {
 // mxfp4 and bf16 weights); otherwise the f32 kernels run on rounded activations.
 inline bool bf16_activations_accelerated(isa which = isa::best) noexcept {
   return detail::mm::avx512_with(which, &cpu_features::avx512bf16);
+}
+
+// Whether the bf16-activation GEMM (prefill) runs on AMX-BF16 tiles for `which` on this CPU
+// and process (kernels/amx.hpp); the GEMV stays vdpbf16ps.
+inline bool amx_bf16_accelerated(isa which = isa::best) noexcept {
+  return bf16_activations_accelerated(which) && amx_usable();
 }
 
 // Whether int8 activations (W4A8) run the AVX-512 VNNI kernels for `which` on this CPU;
@@ -96,6 +104,7 @@ SLM_INLINE kernel_row build_row(weight_format f, activation_precision act, isa w
   }
   if (act == activation_precision::bf16 && (fp4 || f == weight_format::bf16)) {
 #ifdef SLM_X86
+    if (amx_bf16_accelerated(which)) return amx::amx_bf16_row(f);
     if (bf16_activations_accelerated(which)) return a16::avx512_bf16_row(f);
 #endif
     kernel_row k = f32_row(f, which);
