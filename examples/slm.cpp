@@ -107,8 +107,11 @@ constexpr option options[] = {
     {"mla", "auto|expanded|absorbed", "logits run perplexity bench", "MLA form: auto (default: expanded for prompts, "
      "absorbed for decode), expanded or absorbed", kind::choice},
     {"act", "f32|bf16|int8", "logits run perplexity bench ensemble", "activations of NVFP4/MXFP4 products: f32 "
-     "(default, exact), bf16 (W4A16, the library's default, faster) or int8 (W4A8); dense weights always use "
-     "f32", kind::choice},
+     "(default, exact), bf16 (W4A16, the library's default, faster) or int8 (W4A8); other weights use f32, bf16 "
+     "weights unless --dense-act bf16", kind::choice},
+    {"dense-act", "f32|bf16", "logits run perplexity bench ensemble", "activations of products with bf16 weights: "
+     "f32 (default, exact) or bf16 (rounded once per product, as llama.cpp runs bf16 weights; AMX tiles for "
+     "prompts where the CPU has them)", kind::choice},
     {"threads", "N", "logits run perplexity quantize bench ensemble synthetic", "worker threads (default: all)", kind::count},
     {"mmap", "", "logits run perplexity bench ensemble", "map the weight files instead of reading them into memory (no "
      "copy, shared pages; but a file truncated or rewritten in place while slm runs kills it with SIGBUS: replace "
@@ -274,16 +277,17 @@ slm::result<slm::thread_pool> make_pool(const args& a) {
 }
 
 // What the commands that run a model share: the session (--kv, --mla, and --ctx, a context
-// limit, where `ctx_limit`), the activations of NVFP4/MXFP4 products (--act, per forward
-// call) and the worker threads. context() refers to the pool: the runtime stays put.
+// limit, where `ctx_limit`), the activations of NVFP4/MXFP4 products (--act) and of bf16
+// products (--dense-act), per forward call, and the worker threads. context() refers to the pool: the runtime stays put.
 struct runtime {
   slm::session_options session;
-  slm::activation_precision act;
+  slm::activation_precision act, dense_act;
   slm::thread_pool pool;
 
   slm::compute_context context() {
     slm::compute_context cx{pool};
     cx.quantized_activations = act;
+    cx.dense_activations = dense_act;
     return cx;
   }
 };
@@ -299,7 +303,8 @@ slm::result<runtime> make_runtime(const args& a, bool ctx_limit) {
   if (ctx_limit && a.count("ctx", 0)) o.max_tokens = a.count("ctx", 0);
   auto pool = make_pool(a);
   if (!pool.ok()) return std::move(pool).take_error();
-  return runtime{o, act[pick(a, "act")], std::move(*pool)};
+  static constexpr activation_precision dense[] = {activation_precision::f32, activation_precision::bf16};
+  return runtime{o, act[pick(a, "act")], dense[pick(a, "dense-act")], std::move(*pool)};
 }
 
 // Shows the reading of the weights: a bar on a terminal, a plain line per quarter
@@ -828,32 +833,36 @@ int cmd_bench_synthetic(const args& a) {
   if (!m.ok()) return fail(m.error());
 
   const slm::probe_result probe = slm::measure_probes(rt->pool, a.count("probe-mib", 1024) << 20);
-  // The probe of the products' arithmetic: bf16 or int8 dot for NVFP4/MXFP4 products with
-  // bf16 / int8 activations where the CPU has them, else f32 FMA.
+  // The probe of the products' arithmetic: bf16 or int8 dot for products with bf16 / int8
+  // activations (NVFP4/MXFP4 weights at --act, bf16 weights at --dense-act) where the CPU has
+  // them, else f32 FMA.
   const bool fp4 = fmt == "nvfp4" || fmt == "mxfp4";
-  const bool bf16_products = fp4 && rt->act == slm::activation_precision::bf16 && probe.bf16_flops_per_s > 0;
-  const bool int8_products = fp4 && rt->act == slm::activation_precision::int8 && probe.int8_ops_per_s > 0;
+  const slm::activation_precision prod = slm::default_activations(
+      fp4 ? slm::weight_format::nvfp4 : fmt == "bf16" ? slm::weight_format::bf16 : slm::weight_format::f32, rt->act,
+      rt->dense_act);
+  const bool bf16_products = prod == slm::activation_precision::bf16 && probe.bf16_flops_per_s > 0;
+  const bool int8_products = prod == slm::activation_precision::int8 && probe.int8_ops_per_s > 0;
   // A prompt's products (more tokens than the GEMV takes) run on AMX tiles where they can.
-  const bool tiles = bf16_products && slm::amx_bf16_accelerated() && probe.amx_bf16_flops_per_s > 0;
+  const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
+  const bool tiles = bf16_products && np > slm::detail::mm::gemv_max_tokens && slm::amx_bf16_accelerated() &&
+                     probe.amx_bf16_flops_per_s > 0;
   const double compute_peak = bf16_products   ? probe.bf16_gemm_peak(tiles)
                               : int8_products ? probe.int8_ops_per_s
                                               : probe.f32_flops_per_s;
   const char* compute_probe = tiles ? "amx_bf16" : bf16_products ? "bf16_dot" : int8_products ? "int8_dot" : "f32_fma";
-  static constexpr const char* act_names[] = {"f32", "bf16", "int8"};
   const bool billions = params >= 1000000000;
   std::printf("shape %.*s: %s, %zu of %zu layers, %.3f %s parameters; weights %.*s%s, activations %s; threads %zu\n",
               static_cast<int>(shape.size()), shape.data(), std::string(cfg->get_string("model_type")).c_str(),
               sh->layers, sh->full_layers, static_cast<double>(params) / (billions ? 1e9 : 1e6),
               billions ? "B" : "M",
               static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
-              fp4 ? act_names[pick(a, "act")] : "f32", probe.threads);
+              std::string(slm::to_string(prod)).c_str(), probe.threads);
   std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, int8_dot: %.1f GOP/s, "
               "amx_bf16: %.1f GFLOP/s, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
               probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
 
-  const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
   std::vector<double> prefill_tps, prefill_flops_s, decode_tps, decode_bytes_s;
   double bytes_per_token = 0;
   std::uint64_t session_bytes = 0;
@@ -871,10 +880,10 @@ int cmd_bench_synthetic(const args& a) {
   const slm::summary pt = slm::summarize(prefill_tps), pf = slm::summarize(prefill_flops_s);
   const slm::summary dt = slm::summarize(decode_tps), db = slm::summarize(decode_bytes_s);
   std::printf("prefill: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %.1f GFLOP/s of weight products "
-              "against %s, ratio=%.3f\n",
+              "against %s, ratio=%.3g\n",
               np, pt.median, pt.runs, 100 * pt.spread, pf.median / 1e9, compute_probe, pf.median / compute_peak);
   std::printf("decode: %zu tokens, %.2f tok/s (median of %zu, spread %.1f%%), %s of weights per token, %.2f GB/s "
-              "against read_bandwidth, ratio=%.3f\n",
+              "against read_bandwidth, ratio=%.3g\n",
               ng, dt.median, dt.runs, 100 * dt.spread, slm::human_bytes(static_cast<std::uint64_t>(bytes_per_token)).c_str(),
               db.median / 1e9, db.median / probe.read_bytes_per_s);
   std::printf("session: %s of state after %zu tokens (caches, recurrent states, history), %.1f KiB per token\n",

@@ -366,6 +366,8 @@ INSTANTIATE_TEST_SUITE_P(
         usage_case{"bad_kv", "logits --model MODEL --ids 5 --out OUT --kv f8", 2, "--kv must be f32 or bf16"},
         usage_case{"bad_mla", "logits --model MODEL --ids 5 --out OUT --mla sideways", 2, "--mla must be auto"},
         usage_case{"bad_act", "logits --model MODEL --ids 5 --out OUT --act f16", 2, "--act must be f32, bf16 or int8"},
+        usage_case{"bad_dense_act", "logits --model MODEL --ids 5 --out OUT --dense-act int8", 2,
+                   "--dense-act must be f32 or bf16"},
         usage_case{"option_without_value", "logits --model MODEL --ids", 2, "option --ids needs a value"},
         usage_case{"missing_model", "logits --model /no/such/model --ids 5 --out OUT", 1, "/no/such/model"},
         usage_case{"run_missing_prompt", "run --model MODEL -n 3", 2, "run needs --model DIR and one of --prompt TEXT"},
@@ -615,6 +617,11 @@ TEST(CliText, BenchSyntheticPrintsOneLinePerPhaseEndingInRatio) {
                                          "--probe-mib 16 --layers 1 --dir '" + (tmp / "ck").string() + "'");
   ASSERT_EQ(again.exit_code, 0) << again.err;
   EXPECT_NE(again.err.find("reusing"), std::string::npos) << again.err;  // the same shape and variant
+  const auto dense = run_cli(tmp.path(), "bench --synthetic '" + shape + "' --format bf16 --dense-act bf16 --reps 1 "
+                                         "--prompt-tokens 20 --gen-tokens 2 --probe-mib 16 --layers 1 --dir '" +
+                                             (tmp / "ck").string() + "'");
+  ASSERT_EQ(dense.exit_code, 0) << dense.err;
+  EXPECT_NE(dense.out.find("weights bf16, activations bf16"), std::string::npos) << dense.out;
 
   const auto w = run_cli(tmp.path(), "synthetic '" + shape + "' '" + (tmp / "out").string() + "' --layers 1");
   ASSERT_EQ(w.exit_code, 0) << w.err;

@@ -288,6 +288,15 @@ TEST(KernelTable, EveryKeyHasTheDocumentedRow) {
   static_assert(slm::default_activations(weight_format::mxfp4, activation_precision::int8) ==
                 activation_precision::int8);
   static_assert(slm::default_activations(weight_format::bf16, activation_precision::int8) == activation_precision::f32);
+  // bf16 weights at the dense choice: bf16 when asked, f32 otherwise (int8 has no kernels there).
+  static_assert(slm::default_activations(weight_format::bf16, activation_precision::f32, activation_precision::bf16) ==
+                activation_precision::bf16);
+  static_assert(slm::default_activations(weight_format::bf16, activation_precision::bf16, activation_precision::int8) ==
+                activation_precision::f32);
+  static_assert(slm::default_activations(weight_format::f16, activation_precision::bf16, activation_precision::bf16) ==
+                activation_precision::f32);
+  static_assert(slm::default_activations(weight_format::nvfp4, activation_precision::f32, activation_precision::bf16) ==
+                activation_precision::f32);
 }
 
 TEST(Matmul, F32) { sweep(weight_format::f32, {1, 16, 37, 48, 80, 256, 1040}); }

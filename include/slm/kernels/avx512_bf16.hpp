@@ -6,7 +6,8 @@
 //
 // The kernel API stays exact: the plain matmul() (kernels/matmul.hpp) keeps f32 activations and
 // this path runs when a caller asks for it. The model layers ask for it by default for
-// NVFP4/MXFP4 weights (compute_context::quantized_activations, layers/linear.hpp). It is "W4A16"
+// NVFP4/MXFP4 weights (compute_context::quantized_activations, layers/linear.hpp), and for
+// bf16 weights when the host opts in (compute_context::dense_activations). It is "W4A16"
 // as GPU inference stacks use the word (4-bit weights, 16-bit activations). nvfp4, mxfp4 and bf16 weights have
 // kernels; other formats ignore the request and run matmul() (exact f32 math).
 //

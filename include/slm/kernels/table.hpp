@@ -31,12 +31,17 @@
 namespace slm {
 
 // The activation precision a product with a weight of format f runs at, given the
-// precision chosen for packed 4-bit weights: that one for NVFP4/MXFP4, f32 (exact) for
-// every other format. The layers (product_precision, layers/linear.hpp) and the format
+// precision chosen for packed 4-bit weights and the one chosen for bf16 weights: `packed`
+// for NVFP4/MXFP4, bf16 for bf16 weights when `dense` asks for it (the host's opt-in: f32,
+// exact, unless it does; int8 has no bf16-weight kernels and means f32 there), f32 (exact)
+// for every other format. The layers (product_precision, layers/linear.hpp) and the format
 // policies (formats/policies.hpp) both ask here, so they run the same numerics.
 constexpr activation_precision default_activations(weight_format f,
-                                                   activation_precision packed = activation_precision::bf16) noexcept {
-  return f == weight_format::nvfp4 || f == weight_format::mxfp4 ? packed : activation_precision::f32;
+                                                   activation_precision packed = activation_precision::bf16,
+                                                   activation_precision dense = activation_precision::f32) noexcept {
+  if (f == weight_format::nvfp4 || f == weight_format::mxfp4) return packed;
+  return f == weight_format::bf16 && dense == activation_precision::bf16 ? activation_precision::bf16
+                                                                         : activation_precision::f32;
 }
 
 namespace detail::mm {

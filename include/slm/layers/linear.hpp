@@ -33,17 +33,22 @@ struct compute_context {
   // stacks run it: x rounded to bf16 once per product, weights exact, f32 sums
   // (kernels/avx512_bf16.hpp states the bound: RMS error ~1.7e-3 of RMS y, against ~10 % for
   // the 4-bit weights themselves), about twice the f32 path's speed on AVX512_BF16.
-  // f32 is the exact reference (what matmul() computes), int8 the W4A8 path. Dense
-  // weights always multiply f32 activations.
+  // f32 is the exact reference (what matmul() computes), int8 the W4A8 path. Other
+  // weights multiply f32 activations, bf16 weights unless dense_activations says otherwise.
   activation_precision quantized_activations = activation_precision::bf16;
+  // Activations of products with bf16 weights: f32 (the default: exact, as transformers
+  // runs a bf16 checkpoint on a CPU) or bf16, the host's opt-in: x rounded to bf16 once per
+  // product, as llama.cpp runs bf16 weights, under the bound of kernels/avx512_bf16.hpp, and
+  // on AMX tiles for prompts where the CPU has them (kernels/amx.hpp). Other values mean f32.
+  activation_precision dense_activations = activation_precision::f32;
 };
 
 // The activation precision of a product with w: the context's for packed 4-bit weights
-// (NVFP4, MXFP4), f32 for every other format. Every layer asks here, and this asks the
-// kernel table's default_activations (kernels/table.hpp), as a format policy's matmul does:
-// one decision for the layers and the compile-time path.
+// (NVFP4, MXFP4), its dense choice for bf16 weights, f32 for every other format. Every layer
+// asks here, and this asks the kernel table's default_activations (kernels/table.hpp), as a
+// format policy's matmul does: one decision for the layers and the compile-time path.
 inline activation_precision product_precision(const weight_matrix& w, const compute_context& cx) noexcept {
-  return default_activations(w.format, cx.quantized_activations);
+  return default_activations(w.format, cx.quantized_activations, cx.dense_activations);
 }
 
 // Bytes a kernel reads for one pass over w: codes plus block scales.
