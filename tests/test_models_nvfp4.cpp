@@ -45,6 +45,38 @@ std::vector<std::int32_t> read_input_ids(const std::filesystem::path& dir, std::
 
 std::size_t argmax(const float* v, std::size_t n) { return static_cast<std::size_t>(std::max_element(v, v + n) - v); }
 
+// A reference run against a run under test over the same ids: the reference model's full
+// forward under ref_cx, the tested model's full forward and its cached decode (prefill, then
+// one token at a time) under got_cx; the top-1 agreement and the max differences.
+struct comparison {
+  std::size_t agree = 0;
+  double max_diff = 0, max_ref = 0, max_cache_diff = 0;
+};
+template <class Model>
+comparison compare_runs(const Model& ref_model, slm::compute_context& ref_cx, const Model& model,
+                        slm::compute_context& got_cx, const std::vector<std::int32_t>& ids, std::size_t prefill) {
+  comparison c;
+  const std::size_t T = ids.size(), V = ref_model.vocab();
+  std::vector<float> ref(T * V), got(T * V), cached(T * V);  // [T, V] each
+  auto s_ref = ref_model.new_session();
+  EXPECT_TRUE(s_ref.forward(ids, T, ref.data(), ref_cx).ok());
+  auto s_got = model.new_session();
+  EXPECT_TRUE(s_got.forward(ids, T, got.data(), got_cx).ok());
+  auto s_inc = model.new_session();
+  EXPECT_TRUE(s_inc.forward(std::span(ids.data(), prefill), prefill, cached.data(), got_cx).ok());
+  for (std::size_t t = prefill; t < T; ++t)
+    EXPECT_TRUE(s_inc.forward(std::span(ids.data() + t, 1), 1, cached.data() + t * V, got_cx).ok());
+  for (std::size_t t = 0; t < T; ++t) {
+    c.agree += argmax(ref.data() + t * V, V) == argmax(got.data() + t * V, V);
+    for (std::size_t v = 0; v < V; ++v) {
+      c.max_diff = std::max(c.max_diff, static_cast<double>(std::fabs(got[t * V + v] - ref[t * V + v])));
+      c.max_ref = std::max(c.max_ref, static_cast<double>(std::fabs(ref[t * V + v])));
+      c.max_cache_diff = std::max(c.max_cache_diff, static_cast<double>(std::fabs(cached[t * V + v] - got[t * V + v])));
+    }
+  }
+  return c;
+}
+
 class ModelsNvfp4 : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ModelsNvfp4, AgreementWithBf16) {
@@ -85,7 +117,7 @@ TEST_P(ModelsNvfp4, AgreementWithBf16) {
 
   std::size_t prefill = 0;
   const std::vector<std::int32_t> ids = read_input_ids(src, prefill);
-  const std::size_t T = ids.size(), V = dense->vocab();
+  const std::size_t T = ids.size();
   ASSERT_GT(T, 0u);
   // Both activation precisions of the NVFP4 products: bf16 (compute_context's default,
   // W4A16) and f32 (the exact reference).
@@ -93,27 +125,11 @@ TEST_P(ModelsNvfp4, AgreementWithBf16) {
   SCOPED_TRACE(std::string("activations ") + std::string(slm::to_string(act)));
   slm::compute_context cx{slm_test::the_pools().p2};
   cx.quantized_activations = act;
-  std::vector<float> ref(T * V), got(T * V), cached(T * V);  // [T, V] each
-  auto s_dense = dense->new_session();
-  ASSERT_TRUE(s_dense.forward(ids, T, ref.data(), cx).ok());
-  auto s_fp4 = fp4->new_session();
-  ASSERT_TRUE(s_fp4.forward(ids, T, got.data(), cx).ok());
-  // The NVFP4 model through its cache: prefill, then one token at a time.
-  auto s_inc = fp4->new_session();
-  ASSERT_TRUE(s_inc.forward(std::span(ids.data(), prefill), prefill, cached.data(), cx).ok());
-  for (std::size_t t = prefill; t < T; ++t)
-    ASSERT_TRUE(s_inc.forward(std::span(ids.data() + t, 1), 1, cached.data() + t * V, cx).ok());
-
-  std::size_t agree = 0;
-  double max_diff = 0, max_ref = 0, max_cache_diff = 0;
-  for (std::size_t t = 0; t < T; ++t) {
-    agree += argmax(ref.data() + t * V, V) == argmax(got.data() + t * V, V);
-    for (std::size_t v = 0; v < V; ++v) {
-      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[t * V + v] - ref[t * V + v])));
-      max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[t * V + v])));
-      max_cache_diff = std::max(max_cache_diff, static_cast<double>(std::fabs(cached[t * V + v] - got[t * V + v])));
-    }
-  }
+  // The bf16 model against the NVFP4 one, in full and through its cache.
+  const comparison c = compare_runs(*dense, cx, *fp4, cx, ids, prefill);
+  if (::testing::Test::HasFailure()) return;
+  const std::size_t agree = c.agree;
+  const double max_diff = c.max_diff, max_ref = c.max_ref, max_cache_diff = c.max_cache_diff;
   // Floors far below the measured figures (README): a broken NVFP4 path (wrong scale,
   // wrong nibble order) gives ~1/V agreement and O(max|logit|) cache differences.
   EXPECT_GE(10 * agree, 3 * T) << "top-1 agreement with the bf16 model fell below 0.3";
@@ -149,29 +165,14 @@ TEST_P(ModelsNvfp4, DenseBf16Activations) {
   ASSERT_TRUE(m.ok()) << m.error().message();
   std::size_t prefill = 0;
   const std::vector<std::int32_t> ids = read_input_ids(src, prefill);
-  const std::size_t T = ids.size(), V = m->vocab();
+  const std::size_t T = ids.size();
   ASSERT_GT(T, slm::detail::mm::gemv_max_tokens);  // the prompt runs the GEMM
   slm::compute_context exact{slm_test::the_pools().p2}, rounded{slm_test::the_pools().p2};
   rounded.dense_activations = slm::activation_precision::bf16;
-  std::vector<float> ref(T * V), got(T * V), cached(T * V);
-  auto s_ref = m->new_session();
-  ASSERT_TRUE(s_ref.forward(ids, T, ref.data(), exact).ok());
-  auto s_got = m->new_session();
-  ASSERT_TRUE(s_got.forward(ids, T, got.data(), rounded).ok());
-  auto s_inc = m->new_session();
-  ASSERT_TRUE(s_inc.forward(std::span(ids.data(), prefill), prefill, cached.data(), rounded).ok());
-  for (std::size_t t = prefill; t < T; ++t)
-    ASSERT_TRUE(s_inc.forward(std::span(ids.data() + t, 1), 1, cached.data() + t * V, rounded).ok());
-  std::size_t agree = 0;
-  double max_diff = 0, max_ref = 0, max_cache_diff = 0;
-  for (std::size_t t = 0; t < T; ++t) {
-    agree += argmax(ref.data() + t * V, V) == argmax(got.data() + t * V, V);
-    for (std::size_t v = 0; v < V; ++v) {
-      max_diff = std::max(max_diff, static_cast<double>(std::fabs(got[t * V + v] - ref[t * V + v])));
-      max_ref = std::max(max_ref, static_cast<double>(std::fabs(ref[t * V + v])));
-      max_cache_diff = std::max(max_cache_diff, static_cast<double>(std::fabs(cached[t * V + v] - got[t * V + v])));
-    }
-  }
+  const comparison c = compare_runs(*m, exact, *m, rounded, ids, prefill);
+  if (::testing::Test::HasFailure()) return;
+  const std::size_t agree = c.agree;
+  const double max_diff = c.max_diff, max_ref = c.max_ref, max_cache_diff = c.max_cache_diff;
   EXPECT_NE(max_diff, 0.0) << "bf16 activations changed nothing: the opt-in did not reach the products";
   EXPECT_GE(10 * agree, 8 * T) << "top-1 agreement with f32 activations fell below 0.8";
   // Measured 1.5e-3 - 5.9e-3 x max|logit| (both checks). deepseek_v32 is exempt from them:
