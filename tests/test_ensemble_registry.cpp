@@ -218,6 +218,8 @@ TEST(EnsembleConfig, EachErrorNamesTheKeyAndWhere) {
        {"members[1].temperature: must be > 0", "got -1"}},
       {edited("\"temperature\": 0.9", "\"temperature\": 0"), errc::invalid_argument,
        {"members[1].temperature: must be > 0", "got 0"}},
+      {edited("\"temperature\": 0.9", "\"temperature\": 8e-94"), errc::invalid_argument,  // 0 as a float
+       {"members[1].temperature: must be > 0", "in [1e-6, 1e6]", "got 8e-94"}},
       {edited("\"temperature\": 0.9", "\"temperature\": 1e999"), errc::out_of_range, {"line"}},  // json rejects it
       {edited("\"temperature\": 0.9", "\"temperature\": \"hot\""), errc::invalid_argument,
        {"members[1].temperature: must be a number, got \"hot\""}},

@@ -12,7 +12,7 @@
 //        "domain": "cpp",                        optional label the routers emit (default: name)
 //        "path": "nam56r-cpp-14m",               required: a directory holding config.json
 //        "tokenizer": "x/tokenizer.json",        optional (default: the member directory's)
-//        "temperature": 1.0,                     optional, finite and > 0 (default 1)
+//        "temperature": 1.0,                     optional, in [1e-6, 1e6] (default 1)
 //        "description": "..."}                   optional
 //     ],
 //     "router": {                                required
@@ -388,8 +388,10 @@ SLM_INLINE result<member_spec> ensemble_config::parse_member(const json::value& 
   if (const json::value* t = v.find("temperature")) {
     if (!t->is_number()) return invalid(cat(where, ".temperature"), cat("must be a number, got ", json::dump(*t)));
     const double x = t->as_double();
-    if (!(x > 0) || !std::isfinite(x) || x > 1e6)
-      return invalid(cat(where, ".temperature"), cat("must be > 0 (and finite), got ", x));
+    // Stored as a float that divides logits: below 1e-6 it rounds to zero or turns every
+    // logit infinite (the fuzzer found 8e-94, which became 0 in the float).
+    if (!(x > 0) || !std::isfinite(x) || x < 1e-6 || x > 1e6)
+      return invalid(cat(where, ".temperature"), cat("must be > 0 (and finite, in [1e-6, 1e6]), got ", x));
     m.temperature = static_cast<float>(x);
   }
   if (const json::value* d = v.find("description")) {
