@@ -278,7 +278,8 @@ slm::result<slm::thread_pool> make_pool(const args& a) {
 
 // What the commands that run a model share: the session (--kv, --mla, and --ctx, a context
 // limit, where `ctx_limit`), the activations of NVFP4/MXFP4 products (--act) and of bf16
-// products (--dense-act), per forward call, and the worker threads. context() refers to the pool: the runtime stays put.
+// products (--dense-act), per forward call, and the worker threads. context() refers to the
+// pool: the runtime stays put.
 struct runtime {
   slm::session_options session;
   slm::activation_precision act, dense_act;

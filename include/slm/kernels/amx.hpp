@@ -60,6 +60,15 @@ inline constexpr std::size_t tb = 16;  // tokens per tile
 
 inline std::size_t padded_tokens(std::size_t n_tok) noexcept { return (n_tok + tb - 1) / tb * tb; }
 
+// Palette 1 with tiles 0-7 all 16 rows of 64 bytes: here 0-3 the C accumulators (16 f32 a
+// row), 4-5 A (32 bf16 a row), 6-7 B (16 k-pairs of 16 dwords). The tile probe uses it too.
+struct alignas(64) tile_config {
+  std::uint8_t palette = 1, start_row = 0;
+  std::uint8_t reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
 // Prepared activations, K % 32 == 0: bf16 tiles of 16 tokens x 32 columns, each 1 KiB
 // contiguous (token j of the block at byte 64 j), block-major then column-step-major:
 // tile (b, s) at ((b x K / 32) + s) KiB. Tokens past n_tok are zero rows, written with the
@@ -83,14 +92,6 @@ inline std::size_t gemm_bytes(std::size_t K, std::size_t n_tok) noexcept {
   return K % 32 == 0 ? padded_tokens(n_tok) * K * 2 : a16::gemm_bytes(K, n_tok);
 }
 
-// Palette 1: tiles 0-3 the C accumulators (16 rows of 16 f32), 4-5 A (16 rows of 32 bf16),
-// 6-7 B (16 k-pairs of 16 dwords); every tile 16 rows of 64 bytes.
-struct alignas(64) tile_config {
-  std::uint8_t palette = 1, start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
 
 // Two token blocks (a0, a1: their tiles for the panel's columns, 1 KiB apart) x two row
 // blocks (b0, b1: their panel tiles, 1 KiB apart) over `steps` x 32 columns -> c[0..3] =
@@ -204,15 +205,7 @@ SLM_AMX_512 inline void decode_panel(const weight_matrix& w, std::size_t rb, std
           r[i] = _mm512_loadu_si512(row + 2 * col);
           continue;
         }
-        // Byte j holds columns 2j (low nibble) and 2j + 1: dword j of the result is that pair.
-        const std::byte* sc = w.scales + (rb + i0 + i) * w.scale_stride;
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + col / 2)));
-        const __m512 s = nv ? mm::halves_512(e4m3_to_f32(mm::ld_u8(sc + col / 16)),
-                                             e4m3_to_f32(mm::ld_u8(sc + col / 16 + 1)))
-                            : _mm512_set1_ps(e8m0_to_f32(mm::ld_u8(sc + col / 32)));
-        const __m512i even = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(b, tbl), s));
-        const __m512i odd = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tbl), s));
-        r[i] = _mm512_or_si512(_mm512_and_si512(odd, top), _mm512_srli_epi32(even, 16));
+        r[i] = a16::fp4_pairs_512(row, w.scales + (rb + i0 + i) * w.scale_stride, col, nv, tbl, top);
       }
       transpose_16x16(r);
       std::uint32_t* tile = panel + ((i0 / 16) * (kk / 32) + k / 32) * 256;
@@ -230,11 +223,7 @@ SLM_AMX_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std:
   const std::size_t steps_k = K / 32, blocks = padded_tokens(n_tok) / tb;
   auto* panel = reinterpret_cast<std::uint32_t*>(scratch);    // pr / 16 x kc / 32 tiles of 1 KiB
   float* c = reinterpret_cast<float*>(panel + kc / 2 * pr);  // four 16 x 16 tiles
-  tile_config cfg;
-  for (int i = 0; i < 8; ++i) {
-    cfg.colsb[i] = 64;
-    cfg.rows[i] = 16;
-  }
+  const tile_config cfg;
   _tile_loadconfig(&cfg);
   const float g = w.global;
   for (std::size_t rb = r0; rb < r1; rb += pr) {

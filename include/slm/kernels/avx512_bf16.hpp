@@ -235,6 +235,21 @@ SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std:
 // broadcasts compete with the dot products for the vector pipes).
 inline constexpr std::size_t gemm_pr = 64, gemm_kc = 256, gemm_tt = 6;
 
+#if SLM_DEFINE_KERNELS
+// Columns [col, col + 32) of an fp4 row (col a multiple of 32: two nvfp4 blocks, one mxfp4)
+// as 16 bf16 pairs, dword j = columns col + 2j, + 1 (element x block scale, exact in bf16):
+// byte j of the codes holds both. tbl: e2m1_table, top: 0xFFFF0000 in every lane.
+SLM_A16_512 inline __m512i fp4_pairs_512(const std::byte* row, const std::byte* sc, std::size_t col, bool nv,
+                                         __m512 tbl, __m512i top) noexcept {
+  const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + col / 2)));
+  const __m512 s = nv ? mm::halves_512(e4m3_to_f32(mm::ld_u8(sc + col / 16)), e4m3_to_f32(mm::ld_u8(sc + col / 16 + 1)))
+                      : _mm512_set1_ps(e8m0_to_f32(mm::ld_u8(sc + col / 32)));
+  const __m512i even = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(b, tbl), s));
+  const __m512i odd = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tbl), s));
+  return _mm512_or_si512(_mm512_and_si512(odd, top), _mm512_srli_epi32(even, 16));
+}
+#endif  // SLM_DEFINE_KERNELS
+
 // Rows [rb, rb + nr) x columns [k0, k0 + kc) -> panel dword 64 p + i = scaled_bits pair
 // (k0 + 2p, k0 + 2p + 1) of row rb + i; rows past nr and the column past an odd K are 0.
 // tmp: gemm_kc / 2 dwords, 64-aligned.
@@ -257,15 +272,8 @@ SLM_A16_512 SLM_INLINE void decode_panel_512(const weight_matrix& w, std::size_t
     std::size_t k = 0;
     if (fp4) {
       const std::byte* sc = w.scales + r * w.scale_stride;
-      for (; k + 32 <= kc; k += 32) {  // k0 + k is a multiple of 32: two nvfp4 blocks, one mxfp4
-        const std::size_t kk = k0 + k;
-        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + kk / 2)));
-        const __m512 s = nv ? mm::halves_512(e4m3_to_f32(mm::ld_u8(sc + kk / 16)), e4m3_to_f32(mm::ld_u8(sc + kk / 16 + 1)))
-                            : _mm512_set1_ps(e8m0_to_f32(mm::ld_u8(sc + kk / 32)));
-        const __m512i even = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(b, tbl), s));
-        const __m512i odd = _mm512_castps_si512(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tbl), s));
-        _mm512_store_si512(tmp + k / 2, _mm512_or_si512(_mm512_and_si512(odd, top), _mm512_srli_epi32(even, 16)));
-      }
+      for (; k + 32 <= kc; k += 32)  // k0 + k is a multiple of 32: two nvfp4 blocks, one mxfp4
+        _mm512_store_si512(tmp + k / 2, fp4_pairs_512(row, sc, k0 + k, nv, tbl, top));
     } else {
       for (; k + 32 <= kc; k += 32) std::memcpy(tmp + k / 2, row + 2 * (k0 + k), 64);
     }

@@ -37,6 +37,7 @@
 #include "slm/core/cpu.hpp"
 #include "slm/core/parallel.hpp"
 #include "slm/core/tensor.hpp"
+#include "slm/kernels/amx.hpp"
 
 namespace slm {
 
@@ -208,12 +209,7 @@ __attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_
 __attribute__((target("amx-tile,amx-bf16"))) float tile_dot_chains_amx(std::size_t steps) noexcept;
 #if SLM_DEFINE_KERNELS
 __attribute__((target("amx-tile,amx-bf16"))) SLM_INLINE float tile_dot_chains_amx(std::size_t steps) noexcept {
-  struct alignas(64) config {
-    std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-    std::uint16_t colsb[16] = {};
-    std::uint8_t rows[16] = {};
-  } cfg;
-  for (int i = 0; i < 8; ++i) cfg.colsb[i] = 64, cfg.rows[i] = 16;
+  const amx::tile_config cfg;
   alignas(64) std::uint16_t a[16 * 32], b[16 * 32];
   alignas(64) float c[16 * 16];
   std::fill(a, a + 16 * 32, std::uint16_t{0x3F80});  // 1
