@@ -228,7 +228,8 @@ constexpr option options[] = {
     {"kernels", "", "bench", "GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on 4096x4096, 4096x14336, "
      "14336x4096, 2048x8192 (N x K); one line per case: FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the "
      "read-bandwidth or FMA probe; GEMM ratios of the _bf16act lines are to the bf16 dot probe, or to the AMX "
-     "bf16 probe where they run on tiles), then the opt-in paths "
+     "bf16 probe where they run on tiles; of the _w4a8 lines to the int8 dot probe where their kernels are SIMD), "
+     "then the opt-in paths "
      "nvfp4_w4a8, mxfp4_w4a8 (int8 activations) and nvfp4_bf16act, mxfp4_bf16act, bf16_bf16act (bf16 activations)"},
     {"only", "L[,L...]", "bench", "only these variants (labels as printed, e.g. nvfp4,nvfp4_bf16act)"},
     {"quick", "", "bench", "one small shape only, weights in cache (a smoke test, not a figure)"},
@@ -917,9 +918,9 @@ int cmd_bench(const args& a) {
   if (!pool.ok()) return fail(pool.error());
   const slm::probe_result probe = slm::measure_probes(*pool, a.count("probe-mib", 1024) << 20);
   std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nprobe bf16_dot: %.1f GFLOP/s\n"
-              "probe amx_bf16: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
+              "probe int8_dot: %.1f GOP/s\nprobe amx_bf16: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
-              probe.amx_bf16_flops_per_s / 1e9, probe.threads,
+              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9, probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
   const bool quick = a.has("quick");  // one shape, for tests
   for (const slm::kernel_case& c : slm::kernel_bench_cases(quick, a.get("only"))) {

@@ -1,5 +1,5 @@
-// attend()'s AVX-512 kernels against its scalar reference (isa::scalar): head sizes
-// around the 16- and 32-lane boundaries, misaligned rows, f32 and bf16 storage, two-part
+// attend()'s AVX-512 and AVX2 kernels against its scalar reference (isa::scalar): head sizes
+// around the 8-, 16- and 32-lane boundaries, misaligned rows, f32 and bf16 storage, two-part
 // keys, GQA groups. The two differ only in summation order, so the bound is a few ulps
 // of the magnitudes involved.
 #include <gtest/gtest.h>
@@ -16,11 +16,14 @@
 namespace {
 
 TEST(AttentionKernels, SimdMatchesScalarReferenceAcrossSizesAndAlignments) {
-  if (!slm::isa_supported(slm::isa::avx512, slm::host_cpu())) GTEST_SKIP() << "no AVX-512 on this CPU";
+  std::vector<slm::isa> simd;
+  for (slm::isa i : {slm::isa::avx2, slm::isa::avx512})
+    if (slm::isa_supported(i, slm::host_cpu())) simd.push_back(i);
+  if (simd.empty()) GTEST_SKIP() << "no AVX2 or AVX-512 on this CPU";
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
   for (slm::kv_dtype type : {slm::kv_dtype::f32, slm::kv_dtype::bf16})
-    for (std::size_t d : {1u, 7u, 15u, 16u, 17u, 31u, 32u, 33u, 64u, 70u, 128u})
+    for (std::size_t d : {1u, 7u, 8u, 9u, 15u, 16u, 17u, 23u, 24u, 31u, 32u, 33u, 64u, 70u, 128u})
       for (std::size_t misalign : {0u, 1u, 3u}) {
         const std::size_t T = 9, H = 4, Hkv = 2, pos0 = 5, n = pos0 + T, d2 = 3;
         std::vector<float> q(misalign + T * H * d + 1), q2(T * H * d2);
@@ -54,11 +57,14 @@ TEST(AttentionKernels, SimdMatchesScalarReferenceAcrossSizesAndAlignments) {
         slm::compute_context cx{slm_test::the_pools().p2};
         p.out = ref.data() + misalign;
         ASSERT_TRUE(slm::attend(p, scratch, cx, slm::isa::scalar).ok());
-        p.out = fast.data() + misalign;
-        ASSERT_TRUE(slm::attend(p, scratch, cx, slm::isa::avx512).ok());
-        for (std::size_t i = misalign; i < ref.size(); ++i)
-          ASSERT_NEAR(fast[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i])))
-              << "d " << d << " misalign " << misalign << " bf16 " << (type == slm::kv_dtype::bf16) << " at " << i;
+        for (slm::isa which : simd) {
+          p.out = fast.data() + misalign;
+          ASSERT_TRUE(slm::attend(p, scratch, cx, which).ok());
+          for (std::size_t i = misalign; i < ref.size(); ++i)
+            ASSERT_NEAR(fast[i], ref[i], 2e-5f * (1.0f + std::fabs(ref[i])))
+                << slm::to_string(which) << " d " << d << " misalign " << misalign << " bf16 "
+                << (type == slm::kv_dtype::bf16) << " at " << i;
+        }
       }
 }
 

@@ -264,7 +264,9 @@ TEST(KernelTable, EveryKeyHasTheDocumentedRow) {
       const mm::kernel_row i8 = mm::find_kernels(f, activation_precision::int8, which);
       ASSERT_NE(i8.gemm, nullptr);
       if (!fp4) EXPECT_EQ(i8.name, f32.name);
-      else EXPECT_EQ(i8.name, slm::w4a8_accelerated(which) ? "avx512_vnni" : "w4a8_reference");
+      else EXPECT_EQ(i8.name, slm::w4a8_vnni(which)          ? "avx512_vnni"
+                              : slm::w4a8_accelerated(which) ? "avx2_int8"
+                                                             : "w4a8_reference");
       if (fp4) EXPECT_NE(i8.gemm_prepare, nullptr);  // the quantization
 
       const mm::kernel_row b16 = mm::find_kernels(f, activation_precision::bf16, which);
@@ -613,4 +615,16 @@ TEST(Probes, TileProbeFollowsAmxUsable) {
   const slm::probe_result p{0, 0, 0, 0, 7, 1, 0};
   EXPECT_EQ(p.bf16_gemm_peak(true), 7.0);
   EXPECT_EQ(p.bf16_gemm_peak(false), 0.0);
+}
+
+// The int8 dot probe runs where W4A8 has SIMD kernels (VNNI or AVX2) and is 0 elsewhere.
+TEST(Probes, Int8ProbeFollowsTheKernels) {
+  slm::serial_executor one;
+  const double r = slm::probe_dot_int8(one, 64000);
+  if (slm::w4a8_accelerated()) {
+    EXPECT_GT(r, 0.0);
+    EXPECT_TRUE(std::isfinite(r));
+  } else {
+    EXPECT_EQ(r, 0.0);
+  }
 }

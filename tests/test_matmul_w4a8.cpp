@@ -1,4 +1,5 @@
-// matmul W4A8 (kernels/avx512_vnni.hpp): int8 activations for nvfp4 / mxfp4 weights.
+// matmul W4A8 (kernels/avx512_vnni.hpp, kernels/avx2_int8.hpp): int8 activations for nvfp4 /
+// mxfp4 weights.
 //
 // Error bound versus the exact product with f32 activations. Let w_k = fl(e_k f_s) be the
 // dequantized weight (what the W4A16 reference uses, f_s the block factor), d_b the
@@ -15,11 +16,12 @@
 //    most S + 6 roundings (fma chain per lane, 4-level lane sum, tail), so the computed y
 //    is within gamma_{S+7} sum_s |f_s h_s D_s| <= gamma (1 + u)(S_abs + Q) of Y*.
 // Asserted: |y - y_exact| <= (1 + 2g) Q + 2 (g + u) S_abs (+1e-35), g = gamma_{S+24}.
-// Between the AVX-512 GEMV and the scalar W4A8 reference (same integers, same c_s; only
-// the order of the per-segment sums differs): |y - y_ref| <= 2 g T, T = sum_s |c_s D_s|.
-// The AVX-512 GEMM performs the reference's operations in its order: bit-identical.
+// Between the AVX-512 or AVX2 GEMV and the scalar W4A8 reference (same integers, same c_s;
+// only the order of the per-segment sums differs): |y - y_ref| <= 2 g T, T = sum_s |c_s D_s|.
+// The AVX-512 and AVX2 GEMMs perform the reference's operations in its order: bit-identical.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -191,8 +193,8 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
             if (threads == 1) {
               first = ybuf;
               if (which == isa::scalar) yref = std::vector<float>(ybuf.begin() + 1, ybuf.end());
-              // The VNNI GEMM (more tokens than the fused GEMV takes) does the reference's
-              // operations in its order.
+              // The VNNI and AVX2 GEMMs (more tokens than the fused GEMV takes) do the
+              // reference's operations in its order.
               if (n_tok > slm::detail::mm::gemv_max_tokens && slm::w4a8_accelerated(which) && !yref.empty()) {
                 ASSERT_EQ(std::memcmp(yref.data(), y, yref.size() * sizeof(float)), 0) << "GEMM != reference";
                 ++exact_gemm;
@@ -214,16 +216,17 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
 }
 
 TEST(MatmulW4A8, Reports) {
-  std::printf("w4a8 accelerated (AVX-512 VNNI): %d\n", static_cast<int>(slm::w4a8_accelerated()));
+  std::printf("w4a8 accelerated: %d (AVX-512 VNNI: %d)\n", static_cast<int>(slm::w4a8_accelerated()),
+              static_cast<int>(slm::w4a8_vnni()));
 }
 
 TEST(MatmulW4A8, Nvfp4) { sweep(weight_format::nvfp4, {16, 48, 80, 256, 272, 784, 1040}); }
 TEST(MatmulW4A8, Mxfp4) { sweep(weight_format::mxfp4, {32, 96, 256, 288, 1056}); }
 
-// The scalar and AVX-512 quantizers agree bit for bit (including zero, tiny and
-// non-finite blocks).
+// The scalar, AVX2 and AVX-512 quantizers agree bit for bit (including zero, tiny and
+// non-finite blocks); the AVX2 one's GEMM layout (q ^ 0x80) only flips the sign bit.
 TEST(MatmulW4A8, QuantizersAgree) {
-  if (!slm::w4a8_accelerated()) GTEST_SKIP() << "no AVX-512 VNNI";
+  if (!slm::w4a8_accelerated()) GTEST_SKIP() << "no SIMD W4A8 kernels on this CPU";
 #ifdef SLM_X86
   std::mt19937 rng(5);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -240,10 +243,22 @@ TEST(MatmulW4A8, QuantizersAgree) {
     std::vector<float> h1(K / 16), h2(K / 16);
     std::vector<std::int32_t> n1(K / 16), n2(K / 16);
     wq::quantize_scalar(x.data(), K, qb, {q1.data(), h1.data(), n1.data()});
-    wq::quantize_512(x.data(), K, qb, {q2.data(), h2.data(), n2.data()});
-    EXPECT_EQ(q1, q2);
-    EXPECT_EQ(n1, n2);
-    EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 4), 0);
+    for (std::uint8_t flip : {0x00, 0x80}) {
+      SCOPED_TRACE(slm::cat("qb=", qb, " flip=", static_cast<int>(flip)));
+      std::fill(q2.begin(), q2.end(), std::int8_t{0});
+      std::fill(n2.begin(), n2.end(), 0);
+      wq::quantize_256(x.data(), K, qb, {q2.data(), h2.data(), n2.data()}, flip);
+      for (std::int8_t& v : q2) v = static_cast<std::int8_t>(static_cast<std::uint8_t>(v) ^ flip);
+      EXPECT_EQ(q1, q2);
+      EXPECT_EQ(n1, n2);
+      EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 4), 0);
+    }
+    if (slm::w4a8_vnni()) {
+      wq::quantize_512(x.data(), K, qb, {q2.data(), h2.data(), n2.data()});
+      EXPECT_EQ(q1, q2);
+      EXPECT_EQ(n1, n2);
+      EXPECT_EQ(std::memcmp(h1.data(), h2.data(), h1.size() * 4), 0);
+    }
     for (std::int8_t v : q1) EXPECT_GE(v, -127);
   }
 #endif
@@ -338,7 +353,7 @@ TEST(MatmulW4A8, SelectionAndValidation) {
 
 TEST(MatmulW4A8, NanScaleAndNonFiniteActivations) {
   slm::serial_executor ex;
-  for (std::size_t n_tok : {1u, 4u}) {
+  for (std::size_t n_tok : {1u, 4u, 20u}) {  // 20: the GEMM
     std::vector<std::byte> data(2 * 128, std::byte{0x21}), scales(2 * 16, std::byte{0x38});
     scales[16 + 5] = std::byte{0x7F};  // row 1: NaN block scale
     weight_matrix w;

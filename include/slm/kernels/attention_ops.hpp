@@ -8,8 +8,10 @@
 //                      widened by a shift; they differ from the reference only in the
 //                      summation order (test_attention_kernels.cpp sweeps head sizes around
 //                      the 16- and 32-lane boundaries and misaligned rows against it)
-//   dot_k, axpy_k      the reference or AVX-512, chosen at compile time by the caller's
-//                      Simd flag (attend() picks it once per call from the CPU).
+//   dot_256, axpy_256  AVX2 + FMA: the same with 8-lane FMAs (two accumulators for dot),
+//                      tails of fewer than 8 elements in order after the lane sum
+//   dot_k, axpy_k      the reference, AVX2 or AVX-512, chosen at compile time by the
+//                      caller's vec_isa (attend() picks it once per call from the CPU).
 // Each is memory-bound for one query (2 FLOP per cached element read); the attention layer
 // is what makes many queries share a key row.
 // Compiled where attention is: header-only mode and the library's decoder unit.
@@ -21,6 +23,7 @@
 #include <type_traits>
 
 #include "slm/core/numeric.hpp"
+#include "slm/kernels/avx2.hpp"
 #include "slm/kernels/avx512.hpp"
 
 #if SLM_DEFINE_DECODER
@@ -29,6 +32,9 @@
 #endif
 
 namespace slm::detail::attn {
+
+// The kernels one_query runs.
+enum class vec_isa { scalar, avx2, avx512 };
 
 template <class E> inline float ld(const E* p, std::size_t i) noexcept {
   if constexpr (std::is_same_v<E, float>) return p[i];
@@ -82,20 +88,58 @@ SLM_ATTN_AVX512 inline void axpy_512(float* acc, float e, const E* v, std::size_
     _mm512_mask_storeu_ps(acc + i, m, _mm512_fmadd_ps(ev, load16(v + i, m), _mm512_maskz_loadu_ps(m, acc + i)));
   }
 }
+
+#define SLM_ATTN_AVX2 SLM_MM_AVX2
+// AVX2: 8-lane FMAs (two accumulators), the last n % 8 elements in order; bf16 widened by
+// a shift.
+template <class E>
+SLM_ATTN_AVX2 inline __m256 load8(const E* p) noexcept {
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm256_loadu_ps(p);
+  } else {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+}
+template <class E>
+SLM_ATTN_AVX2 inline float dot_256(const float* q, const E* k, std::size_t n) noexcept {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  std::size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), load8(k + i + 8), a1);
+  }
+  if (i + 8 <= n) {
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), load8(k + i), a0);
+    i += 8;
+  }
+  float s = detail::mm::hsum_256(_mm256_add_ps(a0, a1));
+  for (; i < n; ++i) s += q[i] * ld(k, i);
+  return s;
+}
+template <class E>
+SLM_ATTN_AVX2 inline void axpy_256(float* acc, float e, const E* v, std::size_t n) noexcept {
+  const __m256 ev = _mm256_set1_ps(e);
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(ev, load8(v + i), _mm256_loadu_ps(acc + i)));
+  for (; i < n; ++i) acc[i] += e * ld(v, i);
+}
 #endif
 
-// Which kernels one_query uses: the scalar reference, or AVX-512 where the CPU has it.
-template <class E, bool Simd>
+// Which kernels one_query uses: the scalar reference, AVX2 or AVX-512 as the CPU has them.
+template <class E, vec_isa V>
 inline float dot_k(const float* q, const E* k, std::size_t n) noexcept {
 #ifdef SLM_X86
-  if constexpr (Simd) return dot_512(q, k, n);
+  if constexpr (V == vec_isa::avx512) return dot_512(q, k, n);
+  if constexpr (V == vec_isa::avx2) return dot_256(q, k, n);
 #endif
   return dot(q, k, n);
 }
-template <class E, bool Simd>
+template <class E, vec_isa V>
 inline void axpy_k(float* acc, float e, const E* v, std::size_t n) noexcept {
 #ifdef SLM_X86
-  if constexpr (Simd) return axpy_512(acc, e, v, n);
+  if constexpr (V == vec_isa::avx512) return axpy_512(acc, e, v, n);
+  if constexpr (V == vec_isa::avx2) return axpy_256(acc, e, v, n);
 #endif
   axpy(acc, e, v, n);
 }

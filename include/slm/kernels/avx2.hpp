@@ -12,7 +12,7 @@
 #include "slm/kernels/reference.hpp"
 
 #ifdef SLM_X86
-#if SLM_DEFINE_KERNELS
+#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // the kernels; hsum_256 for kernels/attention_ops.hpp
 #include <immintrin.h>
 #endif
 #define SLM_MM_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -25,12 +25,16 @@ namespace slm::detail::mm {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
+#if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // also used by layers/attention.hpp's kernels
+// Horizontal sum in a fixed order.
 SLM_MM_AVX2 inline float hsum_256(__m256 v) noexcept {
   const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s, _mm_movehl_ps(s, s));
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
+#endif  // SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER
+
+#if SLM_DEFINE_KERNELS  // kernel templates and helpers: only the kernels unit instantiates them
 
 // 16 codes bytes (32 elements) -> doubled E2M1 int8 in natural order: lo = elements
 // 0..15, hi = 16..31.

@@ -46,9 +46,10 @@
 //              panel (dword-transposed: 4 columns x 32 rows per 128 bytes) and the 32 x 16
 //              factors once, then per tile of 6 tokens and segment: 8 vpdpbusd with the
 //              token's 4 activation bytes broadcast, then cvt + mul + fma per 16 rows.
-//   other isas (scalar, avx2, or no VNNI) run the scalar reference (slow; the point of
-//              this path is VNNI, so prefer the W4A16 matmul there).
-//   w4a8_accelerated(which) says whether the VNNI kernels would run.
+//   avx2, and avx512 without VNNI, run kernels/avx2_int8.hpp (vpmaddubsw); other isas
+//              (scalar, neon) the scalar reference (slow: prefer the W4A16 matmul there).
+//   w4a8_vnni(which) says whether the VNNI kernels would run, w4a8_accelerated(which)
+//              whether either SIMD family would.
 //
 // Error versus the exact product with f32 activations (derived in tests/test_matmul.cpp,
 // W4A8 tests): per element |x - d q| <= d/2 (1 + 2^-16), so

@@ -9,8 +9,8 @@
 //
 //   GEMV figure: weight bytes (codes + scales) per second / read-bandwidth probe
 //   GEMM figure: 2 N K n_tok FLOP per second / f32 FMA probe (bf16 activations: / bf16
-//                dot probe where the CPU has one; int8 activations: still / f32 FMA, there
-//                is no int8 probe)
+//                dot probe where the CPU has one; int8 activations: / int8 dot probe where
+//                the W4A8 kernels are SIMD, else / f32 FMA)
 //
 // kernel_bench_cases() lists what `slm bench --kernels` measures, in the order it prints.
 #pragma once
@@ -106,7 +106,7 @@ struct kernel_figure {
 };
 
 // Runs matmul for at least `seconds` (and at least 3 calls) and returns the figure.
-// `act` int8 selects the W4A8 path (kernels/avx512_vnni.hpp) for nvfp4 / mxfp4, bf16 the
+// `act` int8 selects the W4A8 path (kernels/avx512_vnni.hpp, avx2_int8.hpp) for nvfp4 / mxfp4, bf16 the
 // bf16-activation path (kernels/avx512_bf16.hpp) for nvfp4 / mxfp4 / bf16.
 result<kernel_figure> measure_kernel(weight_format f, std::size_t n, std::size_t k, std::size_t n_tok,
                                      const probe_result& probe, executor_ref ex, double seconds = 0.5,
@@ -141,7 +141,11 @@ SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, 
     // On AMX tiles (kernels/amx.hpp: K % 32 == 0, more tokens than the GEMV takes) the tile probe.
     const bool tiles = bf16_ceiling && amx_bf16_accelerated() && k % 32 == 0 && n_tok > detail::mm::gemv_max_tokens &&
                        (f == weight_format::nvfp4 || f == weight_format::mxfp4 || f == weight_format::bf16);
-    fig.ratio = fig.value * 1e9 / (bf16_ceiling ? probe.bf16_gemm_peak(tiles) : probe.f32_flops_per_s);
+    const bool int8_ceiling = act == activation_precision::int8 && probe.int8_ops_per_s > 0 && w4a8_accelerated() &&
+                              (f == weight_format::nvfp4 || f == weight_format::mxfp4);
+    fig.ratio = fig.value * 1e9 / (bf16_ceiling   ? probe.bf16_gemm_peak(tiles)
+                                   : int8_ceiling ? probe.int8_ops_per_s
+                                                  : probe.f32_flops_per_s);
   }
   return fig;
 }

@@ -6,7 +6,7 @@
 // around its kernels: prepare a copy of the activations (rounded to bf16, quantized to
 // int8 per block, permuted to a kernel's lane order), and how much scratch a GEMM chunk
 // needs. The kernels live in one file per isa: kernels/reference.hpp, avx2.hpp, avx512.hpp,
-// avx512_bf16.hpp, avx512_vnni.hpp, neon.hpp.
+// avx512_bf16.hpp, avx512_vnni.hpp, avx2_int8.hpp, amx.hpp, neon.hpp.
 #pragma once
 #include "slm/core/build_mode.hpp"
 
@@ -21,7 +21,8 @@ namespace slm {
 // Activation precision of one product. The weights are dequantized exactly on every path;
 // what differs is what the activations are rounded to before the products:
 //   f32   none: the default of matmul() (exact f32 math, gamma bound)
-//   int8  per-block int8 (nvfp4 / mxfp4; AVX-512 VNNI): kernels/avx512_vnni.hpp
+//   int8  per-block int8 (nvfp4 / mxfp4; AVX-512 VNNI: kernels/avx512_vnni.hpp; AVX2:
+//         kernels/avx2_int8.hpp)
 //   bf16  bf16, round to nearest even, once per call (nvfp4 / mxfp4 / bf16 weights;
 //         AVX-512 BF16 vdpbf16ps): kernels/avx512_bf16.hpp
 // Never chosen behind the caller's back (no environment variable): a model's numerics

@@ -58,10 +58,11 @@
 // One driver, one table. matmul() below is the only loop over rows, tokens and threads;
 // what it runs is one row of the kernel table (kernels/table.hpp), keyed by (weight format,
 // activation precision, isa). The kernels live in one file per isa: kernels/reference.hpp,
-// avx2.hpp, avx512.hpp, avx512_bf16.hpp (bf16 activations), avx512_vnni.hpp (int8
-// activations) and neon.hpp. The activation precision is the caller's, per call
-// (activation_precision, kernels/kernel_row.hpp); default_activations() (kernels/table.hpp)
-// is the one place that says what the layers and the format policies run.
+// avx2.hpp, avx512.hpp, avx512_bf16.hpp and amx.hpp (bf16 activations), avx512_vnni.hpp and
+// avx2_int8.hpp (int8 activations) and neon.hpp. The activation precision is the caller's,
+// per call (activation_precision, kernels/kernel_row.hpp); default_activations()
+// (kernels/table.hpp) is the one place that says what the layers and the format policies
+// run.
 #pragma once
 #include "slm/core/build_mode.hpp"
 

@@ -11,8 +11,11 @@
 //                   pairs into 16 f32 lanes, 64 FLOP per instruction); 0 on CPUs
 //                   without it. The ceiling of the bf16-activation GEMM (kernels/avx512_bf16.hpp).
 //   int8 dot peak   the same with vpdpbusd (AVX512_VNNI: 64 u8 x s8 products summed in
-//                   fours into 16 i32 lanes, 128 operations per instruction); 0 without
-//                   it. The ceiling of the int8-activation (W4A8) GEMM.
+//                   fours into 16 i32 lanes, 128 operations per instruction); on AVX2
+//                   without it, vpmaddubsw + vpaddw (32 products summed in pairs into 16
+//                   i16 lanes, then added: 64 operations per pair of instructions), the
+//                   instructions of kernels/avx2_int8.hpp; 0 on other CPUs. The ceiling of
+//                   the int8-activation (W4A8) GEMM.
 //   AMX bf16 peak   tdpbf16ps on tiles held in registers (16 x 16 x 32 products, 16384
 //                   FLOP per instruction), four independent accumulators; 0 where
 //                   amx_usable() is false. The ceiling of the bf16-activation GEMM where it
@@ -45,7 +48,7 @@ struct probe_result {
   double read_bytes_per_s = 0;
   double f32_flops_per_s = 0;
   double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
-  double int8_ops_per_s = 0;    // 0: no AVX512_VNNI
+  double int8_ops_per_s = 0;    // AVX512_VNNI, else AVX2 (vpmaddubsw); 0: neither
   double amx_bf16_flops_per_s = 0;  // 0: no AMX-BF16 usable (amx_usable())
 
   // The ceiling of a bf16-activation GEMM: AMX's where its kernels run, else vdpbf16ps's
@@ -206,6 +209,23 @@ __attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
+__attribute__((target("avx2"))) std::uint32_t int8_dot_chains_avx2(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("avx2"))) SLM_INLINE std::uint32_t int8_dot_chains_avx2(std::size_t steps) noexcept {
+  __m256i acc[probe_chains];
+  for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_set1_epi16(static_cast<short>(j));
+  const __m256i a = _mm256_set1_epi8(1), b = _mm256_set1_epi8(-1);  // u8 x s8 pairs
+  for (std::size_t i = 0; i < steps; ++i)
+    for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_add_epi16(acc[j], _mm256_maddubs_epi16(a, b));
+  alignas(32) std::uint16_t tmp[16];
+  std::uint32_t s = 0;  // the lanes wrap (vpaddw): unsigned, so the sum is defined
+  for (int j = 0; j < probe_chains; ++j) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), acc[j]);
+    for (std::uint16_t t : tmp) s += t;
+  }
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
 __attribute__((target("amx-tile,amx-bf16"))) float tile_dot_chains_amx(std::size_t steps) noexcept;
 #if SLM_DEFINE_KERNELS
 __attribute__((target("amx-tile,amx-bf16"))) SLM_INLINE float tile_dot_chains_amx(std::size_t steps) noexcept {
@@ -315,17 +335,23 @@ SLM_INLINE double probe_dot_bf16(executor_ref ex, std::size_t products) {
 }
 #endif  // SLM_DEFINE_KERNELS
 
-// Operations/s (128 per vpdpbusd: 64 int8 products, each a multiply and an add) of
-// independent int8 dot chains on every thread; 0 without AVX512_VNNI. The ceiling of the
-// int8-activation (W4A8) GEMM (kernels/avx512_vnni.hpp).
+// Operations/s (two per int8 product, a multiply and an add: 128 per vpdpbusd, 64 per
+// vpmaddubsw + vpaddw) of independent int8 dot chains on every thread, with AVX512_VNNI
+// where the CPU has it, else AVX2; 0 on other CPUs. The ceiling of the int8-activation
+// (W4A8) GEMM (kernels/avx512_vnni.hpp, kernels/avx2_int8.hpp).
 double probe_dot_int8(executor_ref ex, std::size_t products = 320'000'000);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (!host_cpu().avx512vnni) return 0;
-  const std::size_t steps = products / 64;
-  return detail::best_rate(ex, 128.0 * detail::probe_chains * static_cast<double>(steps),
-                           [&] { return detail::int8_dot_chains_avx512(steps); });
+  if (host_cpu().avx512vnni) {
+    const std::size_t steps = products / 64;
+    return detail::best_rate(ex, 128.0 * detail::probe_chains * static_cast<double>(steps),
+                             [&] { return detail::int8_dot_chains_avx512(steps); });
+  }
+  if (!isa_supported(isa::avx2, host_cpu())) return 0;
+  const std::size_t steps = products / 32;
+  return detail::best_rate(ex, 64.0 * detail::probe_chains * static_cast<double>(steps),
+                           [&] { return detail::int8_dot_chains_avx2(steps); });
 #else
   (void)ex;
   (void)products;

@@ -8,7 +8,8 @@
 //   bf16         nvfp4 mxfp4 bf16    f32 row of the isa, x rounded to bf16 first;
 //                                    avx512 with AVX512_BF16: avx512_bf16 (vdpbf16ps);
 //                                    and AMX-BF16: amx_bf16 (its GEMM on tiles)
-//   int8         nvfp4 mxfp4         w4a8 reference; avx512 with VNNI: avx512_vnni
+//   int8         nvfp4 mxfp4         w4a8 reference; avx2 (and avx512 without VNNI): avx2_int8;
+//                                    avx512 with VNNI: avx512_vnni
 //   bf16 / int8  the other formats   the f32 row (their products stay exact)
 //
 // kernels/matmul.hpp is the one driver that runs a row. The rows are built by the isa's own
@@ -21,6 +22,7 @@
 #include "slm/formats/weights.hpp"
 #include "slm/kernels/amx.hpp"
 #include "slm/kernels/avx2.hpp"
+#include "slm/kernels/avx2_int8.hpp"
 #include "slm/kernels/avx512.hpp"
 #include "slm/kernels/avx512_bf16.hpp"
 #include "slm/kernels/avx512_vnni.hpp"
@@ -69,10 +71,22 @@ inline bool amx_bf16_accelerated(isa which = isa::best) noexcept {
   return bf16_activations_accelerated(which) && amx_usable();
 }
 
-// Whether int8 activations (W4A8) run the AVX-512 VNNI kernels for `which` on this CPU;
-// otherwise the scalar W4A8 reference runs.
-inline bool w4a8_accelerated(isa which = isa::best) noexcept {
+// Whether int8 activations (W4A8) run the AVX-512 VNNI kernels for `which` on this CPU.
+inline bool w4a8_vnni(isa which = isa::best) noexcept {
   return detail::mm::avx512_with(which, &cpu_features::avx512vnni);
+}
+
+// Whether int8 activations (W4A8) run SIMD kernels for `which` on this CPU: AVX-512 VNNI,
+// or the AVX2 ones (kernels/avx2_int8.hpp) on AVX2 and on AVX-512 without VNNI; otherwise
+// the scalar W4A8 reference runs.
+inline bool w4a8_accelerated(isa which = isa::best) noexcept {
+#ifdef SLM_X86
+  const isa r = resolve_isa(which);
+  return (r == isa::avx2 || r == isa::avx512) && isa_supported(r, host_cpu());
+#else
+  (void)which;
+  return false;
+#endif
 }
 
 namespace detail::mm {
@@ -103,7 +117,8 @@ SLM_INLINE kernel_row build_row(weight_format f, activation_precision act, isa w
   const bool fp4 = f == weight_format::nvfp4 || f == weight_format::mxfp4;
   if (act == activation_precision::int8 && fp4) {
 #ifdef SLM_X86
-    if (w4a8_accelerated(which)) return w4a8::vnni_row(f);
+    if (w4a8_vnni(which)) return w4a8::vnni_row(f);
+    if (w4a8_accelerated(which)) return w4a8::avx2_int8_row(f);
 #endif
     return w4a8::reference_row();
   }

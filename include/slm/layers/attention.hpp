@@ -247,7 +247,7 @@ using gqa_attention = basic_gqa_attention<>;
 
 namespace detail::attn {
 
-template <class E, bool Simd>
+template <class E, vec_isa Simd>
 void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* acc) noexcept {
   const std::size_t g = h / p.group, pos = p.pos0 + t;
   const float* q1 = p.q1 + t * p.q1_tok + h * p.q1_head;
@@ -337,18 +337,24 @@ SLM_INLINE status attend(const attention_problem& p, floats& scratch, compute_co
   const static_partition part = partition(0, pairs, chunks);
   const bool bf16 = p.k1.type == kv_dtype::bf16;
   const isa chosen = resolve_isa(which);
-  const bool simd = chosen == isa::avx512 && isa_supported(isa::avx512, host_cpu());
+  using detail::attn::vec_isa;
+  const vec_isa vec = !isa_supported(chosen, host_cpu()) ? vec_isa::scalar
+                      : chosen == isa::avx512            ? vec_isa::avx512
+                      : chosen == isa::avx2              ? vec_isa::avx2
+                                                         : vec_isa::scalar;
   return parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
     float* acc = scratch.data() + c * p.dv;
     const index_range r = part.chunk(c);
     for (std::size_t i = r.begin; i < r.end; ++i) {
       const std::size_t t = i / p.H, h = i % p.H;
-      if (bf16) {
-        if (simd) detail::attn::one_query<std::uint16_t, true>(p, t, h, acc);
-        else detail::attn::one_query<std::uint16_t, false>(p, t, h, acc);
-      } else {
-        if (simd) detail::attn::one_query<float, true>(p, t, h, acc);
-        else detail::attn::one_query<float, false>(p, t, h, acc);
+      using detail::attn::one_query;
+      switch ((bf16 ? 3 : 0) + static_cast<int>(vec)) {
+        case 0: one_query<float, vec_isa::scalar>(p, t, h, acc); break;
+        case 1: one_query<float, vec_isa::avx2>(p, t, h, acc); break;
+        case 2: one_query<float, vec_isa::avx512>(p, t, h, acc); break;
+        case 3: one_query<std::uint16_t, vec_isa::scalar>(p, t, h, acc); break;
+        case 4: one_query<std::uint16_t, vec_isa::avx2>(p, t, h, acc); break;
+        default: one_query<std::uint16_t, vec_isa::avx512>(p, t, h, acc); break;
       }
     }
   }, cx.cancel);
