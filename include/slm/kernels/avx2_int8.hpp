@@ -67,6 +67,18 @@ inline constexpr std::size_t sigma_256[8] = {0, 1, 4, 5, 2, 3, 6, 7};
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
+#if SLM_DEFINE_KERNELS
+// The exact sum of 16 int8: sign-extended to s16 pairs, summed to s32, then the 4 lanes
+// (the quantizers' nc = -12 x this, here and in kernels/avx512_vnni.hpp).
+SLM_W4A8_256 inline std::int32_t sum_i8x16(__m128i q8) noexcept {
+  const __m128i w16 = _mm_add_epi16(_mm_cvtepi8_epi16(q8), _mm_cvtepi8_epi16(_mm_unpackhi_epi64(q8, q8)));
+  __m128i s32 = _mm_madd_epi16(w16, _mm_set1_epi16(1));
+  s32 = _mm_add_epi32(s32, _mm_unpackhi_epi64(s32, s32));
+  s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 1));
+  return _mm_cvtsi128_si32(s32);
+}
+#endif  // SLM_DEFINE_KERNELS
+
 // The scalar quantizer's values (qb = 16 or 32); q stored as q ^ flip (0, or 0x80 for the
 // GEMM's unsigned v = q + 128); h and nc as quantize_scalar.
 SLM_W4A8_256 void quantize_256(const float* x, std::size_t K, std::size_t qb, qrow o, std::uint8_t flip) noexcept;
@@ -106,12 +118,7 @@ SLM_W4A8_256 SLM_INLINE void quantize_256(const float* x, std::size_t K, std::si
         q8 = _mm_packs_epi16(_mm256_castsi256_si128(w16), _mm256_extracti128_si256(w16, 1));
       }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + s * seg), _mm_xor_si128(q8, fl));
-      // Sum of the 16 int8: sign-extend to s16, exact pairwise sums to s32, then 4 lanes.
-      const __m128i w16 = _mm_add_epi16(_mm_cvtepi8_epi16(q8), _mm_cvtepi8_epi16(_mm_unpackhi_epi64(q8, q8)));
-      __m128i s32 = _mm_madd_epi16(w16, _mm_set1_epi16(1));
-      s32 = _mm_add_epi32(s32, _mm_unpackhi_epi64(s32, s32));
-      s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 1));
-      o.nc[s] = -offset * _mm_cvtsi128_si32(s32);
+      o.nc[s] = -offset * sum_i8x16(q8);
       o.h[s] = bad ? std::numeric_limits<float>::quiet_NaN() : 0.5f * d;
     }
   }
@@ -147,8 +154,8 @@ SLM_INLINE void permute_gemv_256(const qrow& in, std::size_t K, qrow out) noexce
 // The 8 segment factors f_s (block_factor values) of step g, in lane order sigma.
 template <bool NV>
 SLM_W4A8_256 inline __m256 factors8_256(const std::byte* sc, std::size_t g, float gl) noexcept {
-  constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
   if constexpr (NV) {
+    constexpr std::uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     std::uint64_t eight;
     std::memcpy(&eight, sc + 8 * g, 8);
     const std::uint64_t mag = eight & 0x7F7F7F7F7F7F7F7Full;  // subnormal/zero or NaN byte?
@@ -176,8 +183,6 @@ SLM_W4A8_256 inline __m256 factors8_256(const std::byte* sc, std::size_t g, floa
                                          _mm_setr_epi8(0, 0, 2, 2, 1, 1, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0));
       return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu8_epi32(b), 23)), _mm256_set1_ps(gl));
     }
-    (void)ones;
-    (void)highs;
     alignas(32) float f[8];
     for (std::size_t j = 0; j < 8; ++j) f[j] = e8m0_to_f32(mm::ld_u8(sc + 4 * g + sigma_256[j] / 2)) * gl;
     return _mm256_load_ps(f);
@@ -234,19 +239,8 @@ SLM_W4A8_256 void gemv_256(const weight_matrix& w, std::size_t r, qrow p, float*
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = mm::hsum_256(acc[i]);
-    const std::size_t row = r + static_cast<std::size_t>(i);
-    for (std::size_t s = 8 * G; s < S; ++s) {  // trailing segments, natural order
-      std::int32_t dot = 0;
-      for (std::size_t k = s * seg; k < (s + 1) * seg; k += 2) {
-        const std::uint8_t b = mm::ld_u8(codes[i] + k / 2);
-        dot += p.q[k] * e2m1x2[fp4_lo(b)] + p.q[k + 1] * e2m1x2[fp4_hi(b)];
-      }
-      sum = std::fma(static_cast<float>(dot), mm::block_factor(w, row, s * seg) * p.h[s], sum);
-    }
-    y[i] = sum;
-  }
+  for (int i = 0; i < R; ++i)  // trailing segments, natural order
+    y[i] = segment_terms(w, r + static_cast<std::size_t>(i), p.q, p.h, 8 * G, S, mm::hsum_256(acc[i]));
 }
 #endif  // SLM_DEFINE_KERNELS
 

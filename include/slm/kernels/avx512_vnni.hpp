@@ -72,6 +72,7 @@
 #include <cstring>
 #include <limits>
 
+#include "slm/kernels/avx2_int8.hpp"
 #include "slm/kernels/reference.hpp"
 
 #ifdef SLM_X86
@@ -153,12 +154,7 @@ SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::si
       if (!zero) qi = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_div_ps(a[j], dv))));
       const __m128i q8 = _mm512_cvtepi32_epi8(qi);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + s * seg), q8);
-      // Sum of 16 int8: sign-extend to 16-bit pairs, then the exact integer hsum.
-      const __m128i w16 = _mm_add_epi16(_mm_cvtepi8_epi16(q8), _mm_cvtepi8_epi16(_mm_unpackhi_epi64(q8, q8)));
-      __m128i s32 = _mm_madd_epi16(w16, _mm_set1_epi16(1));
-      s32 = _mm_add_epi32(s32, _mm_unpackhi_epi64(s32, s32));
-      s32 = _mm_add_epi32(s32, _mm_shuffle_epi32(s32, 1));
-      o.nc[s] = -offset * _mm_cvtsi128_si32(s32);
+      o.nc[s] = -offset * sum_i8x16(q8);
       o.h[s] = bad ? std::numeric_limits<float>::quiet_NaN() : 0.5f * d;
     }
   }
@@ -253,19 +249,8 @@ SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int
     }
   }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = mm::hsum_512(acc[i]);
-    const std::size_t row = r + static_cast<std::size_t>(i);
-    for (std::size_t s = G * 16; s < S; ++s) {  // trailing segments, natural order
-      std::int32_t dot = 0;
-      for (std::size_t k = s * seg; k < (s + 1) * seg; k += 2) {
-        const std::uint8_t b = mm::ld_u8(codes[i] + k / 2);
-        dot += qp[k] * e2m1x2[fp4_lo(b)] + qp[k + 1] * e2m1x2[fp4_hi(b)];
-      }
-      sum = std::fma(static_cast<float>(dot), mm::block_factor(w, row, s * seg) * h[s], sum);
-    }
-    y[i] = sum;
-  }
+  for (int i = 0; i < R; ++i)  // trailing segments, natural order
+    y[i] = segment_terms(w, r + static_cast<std::size_t>(i), qp, h, G * 16, S, mm::hsum_512(acc[i]));
 }
 #endif  // SLM_DEFINE_KERNELS
 

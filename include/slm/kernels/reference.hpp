@@ -219,6 +219,25 @@ SLM_INLINE void quantize_scalar(const float* x, std::size_t K, std::size_t qb, q
 }
 #endif  // SLM_DEFINE_KERNELS
 
+#if SLM_DEFINE_KERNELS
+// sum + the terms of segments [s0, s1) of one row, in order: fma(D_s, f_s x h_s, .), D_s the
+// exact integer dot of the row's codes with q. The reference's whole row, and the SIMD
+// GEMVs' trailing segments.
+inline float segment_terms(const weight_matrix& w, std::size_t r, const std::int8_t* q, const float* h,
+                           std::size_t s0, std::size_t s1, float sum) noexcept {
+  const std::byte* row = w.data + r * w.row_stride;
+  for (std::size_t s = s0; s < s1; ++s) {
+    std::int32_t dot = 0;
+    for (std::size_t k = s * seg; k < (s + 1) * seg; k += 2) {
+      const std::uint8_t b = mm::ld_u8(row + k / 2);
+      dot += q[k] * e2m1x2[fp4_lo(b)] + q[k + 1] * e2m1x2[fp4_hi(b)];
+    }
+    sum = std::fma(static_cast<float>(dot), mm::block_factor(w, r, s * seg) * h[s], sum);
+  }
+  return sum;
+}
+#endif  // SLM_DEFINE_KERNELS
+
 // y[t, r] for rows [r0, r1): the definition above, segments in order. qx holds n_tok
 // rows of K (q) and K/16 (h) values.
 void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h, std::size_t n_tok,
@@ -227,23 +246,8 @@ void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h
 SLM_INLINE void reference_rows(const weight_matrix& w, const std::int8_t* q, const float* h, std::size_t n_tok,
                                float* y, std::size_t ldy, std::size_t r0, std::size_t r1) noexcept {
   const std::size_t K = w.cols, S = K / seg;
-  for (std::size_t r = r0; r < r1; ++r) {
-    const std::byte* row = w.data + r * w.row_stride;
-    for (std::size_t t = 0; t < n_tok; ++t) {
-      const std::int8_t* qt = q + t * K;
-      float acc = 0.0f;
-      for (std::size_t s = 0; s < S; ++s) {
-        std::int32_t dot = 0;
-        for (std::size_t k = s * seg; k < (s + 1) * seg; k += 2) {
-          const std::uint8_t b = mm::ld_u8(row + k / 2);
-          dot += qt[k] * e2m1x2[fp4_lo(b)] + qt[k + 1] * e2m1x2[fp4_hi(b)];
-        }
-        const float c = mm::block_factor(w, r, s * seg) * h[t * S + s];
-        acc = std::fma(static_cast<float>(dot), c, acc);
-      }
-      y[t * ldy + r] = acc;
-    }
-  }
+  for (std::size_t r = r0; r < r1; ++r)
+    for (std::size_t t = 0; t < n_tok; ++t) y[t * ldy + r] = segment_terms(w, r, q + t * K, h + t * S, 0, S, 0.0f);
 }
 #endif  // SLM_DEFINE_KERNELS
 
