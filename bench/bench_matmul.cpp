@@ -83,6 +83,54 @@ void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::
     state.counters["ratio_to_amx_peak"] = flops / sec / g_probe.amx_bf16_flops_per_s;
 }
 
+// attend() over a KV cache (layers/attention.hpp): a prompt of n_tok tokens from position
+// 0 (causal), or one decode query at position ctx. Qwen3 heads: 16 query heads over 8 KV
+// heads of 128, the cache head-major as the GQA layer keeps it. FLOP: 4 x 128 per (query
+// head, visible key): the score and the weighted value sum; decode also as cache bytes read
+// against the read probe.
+void bm_attention(benchmark::State& state, std::size_t n_tok, std::size_t ctx, slm::kv_dtype type, slm::isa which) {
+  const std::size_t H = 16, Hkv = 8, d = 128, pos0 = n_tok == 1 ? ctx : 0, n = pos0 + n_tok;
+  slm::kv_rows k, v;
+  k.type = v.type = type;
+  k.width = v.width = Hkv * d;
+  k.heads = v.heads = Hkv;  // head-major, as the GQA layer stores them
+  if (!k.reserve(n).ok() || !v.reserve(n).ok()) return state.SkipWithError("cannot allocate the cache");
+  std::vector<float> row(Hkv * d), q(n_tok * H * d), out(n_tok * H * d);
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t i = 0; i < row.size(); ++i) row[i] = static_cast<float>((i * 7 + j * 3) % 17) * 0.05f - 0.4f;
+    k.store(j, row.data());
+    v.store(j, row.data());
+  }
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>(i % 11) * 0.07f - 0.35f;
+  slm::attention_problem p;
+  p.T = n_tok; p.H = H; p.group = H / Hkv; p.pos0 = pos0; p.scale = 0.088f;
+  p.q1 = q.data(); p.q1_tok = H * d; p.q1_head = d; p.d1 = d;
+  p.k1 = slm::kv_view::per_head(k);
+  p.v = slm::kv_view::per_head(v);
+  p.dv = d;
+  p.out = out.data(); p.out_tok = H * d; p.out_head = d;
+  slm::floats scratch;
+  slm::compute_context cx{*g_pool};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    const slm::status s = slm::attend(p, scratch, cx, which);
+    if (!s.ok()) return state.SkipWithError(s.message().c_str());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double sec = slm::seconds_since(t0);
+  double pairs = 0;  // visible (query, key) pairs of one head
+  for (std::size_t t = 0; t < n_tok; ++t) pairs += static_cast<double>(pos0 + t + 1);
+  const double flops = 4.0 * static_cast<double>(d * H) * pairs * static_cast<double>(state.iterations());
+  state.counters["GFLOPs"] = flops / sec / 1e9;
+  state.counters["ratio_to_fma_peak"] = flops / sec / g_probe.f32_flops_per_s;
+  if (n_tok == 1) {  // decode reads the whole cache once: bytes against the read probe
+    const double bytes = 2.0 * static_cast<double>(n * Hkv * d * (type == slm::kv_dtype::f32 ? 4 : 2)) *
+                         static_cast<double>(state.iterations());
+    state.counters["GBps"] = bytes / sec / 1e9;
+    state.counters["ratio_to_read_bw"] = bytes / sec / g_probe.read_bytes_per_s;
+  }
+}
+
 void register_all() {
   using slm::weight_format;
   const slm::isa best = slm::default_isa();
@@ -132,6 +180,19 @@ void register_all() {
           slm::cat("gemm_w4a8/", slm::to_string(f), "/4096x4096/n=", n_tok, "/", w4a8_isa).c_str(),
           [=](benchmark::State& st) { bm_gemm(st, f, 4096, 4096, n_tok, best, slm::activation_precision::int8); })
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
+    }
+  }
+  // Attention: the scalar reference, then the blocked kernels of each SIMD isa this CPU has.
+  for (slm::isa which : {slm::isa::scalar, slm::isa::avx2, slm::isa::avx512}) {
+    if (!slm::isa_supported(which, slm::host_cpu())) continue;
+    for (slm::kv_dtype type : {slm::kv_dtype::f32, slm::kv_dtype::bf16}) {
+      const char* kv = type == slm::kv_dtype::f32 ? "f32" : "bf16";
+      benchmark::RegisterBenchmark(slm::cat("attention/prefill/T=512/", kv, "/", slm::to_string(which)).c_str(),
+                                   [=](benchmark::State& st) { bm_attention(st, 512, 0, type, which); })
+          ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.3);
+      benchmark::RegisterBenchmark(slm::cat("attention/decode/ctx=4096/", kv, "/", slm::to_string(which)).c_str(),
+                                   [=](benchmark::State& st) { bm_attention(st, 1, 4096, type, which); })
+          ->UseRealTime()->Unit(benchmark::kMicrosecond)->MinTime(0.3);
     }
   }
   // The opt-in bf16-activation path (vdpbf16ps; kernels/avx512_bf16.hpp).

@@ -44,25 +44,51 @@ namespace slm {
 
 enum class kv_dtype : std::uint8_t { f32, bf16 };
 
-// Growable per-layer cache rows: n_rows rows of `width` values in f32 or bf16.
+// Growable per-layer cache rows: n_rows rows of `width` values in f32 or bf16. With
+// heads > 1 (set with width, before the first reserve) the values are stored head-major,
+// [heads][capacity][width / heads]: one head's positions are contiguous, as attention
+// reads them. Row-major, a head's consecutive keys lie a whole row apart (4 KiB for 8
+// heads of 128 in f32): each on another page, and all in one L1 set. The saved form is
+// row-major either way.
 class kv_rows {
  public:
   kv_dtype type = kv_dtype::f32;
   std::size_t width = 0;
+  std::size_t heads = 1;
 
   status reserve(std::size_t rows) {
-    const std::size_t values = rows * width;
-    return buf_.resize(type == kv_dtype::f32 ? values : (values + 1) / 2);
+    if (heads <= 1) return buf_.resize(words(rows * width));
+    if (rows <= cap_) return {};
+    floats grown;  // each head's rows move to their place in the larger blocks
+    SLM_TRY(grown.resize(words(rows * width)));
+    const std::size_t hb = width / heads * element_bytes();
+    auto* to = reinterpret_cast<std::byte*>(grown.data());
+    const auto* from = reinterpret_cast<const std::byte*>(buf_.data());
+    if (cap_)
+      for (std::size_t g = 0; g < heads; ++g) std::memcpy(to + g * rows * hb, from + g * cap_ * hb, cap_ * hb);
+    buf_ = std::move(grown);
+    cap_ = rows;
+    return {};
   }
   std::size_t capacity() const noexcept {
+    if (heads > 1) return cap_;
     return width == 0 ? 0 : (type == kv_dtype::f32 ? buf_.size() : 2 * buf_.size()) / width;
   }
+  // Where head g of row j starts, in elements.
+  std::size_t at(std::size_t j, std::size_t g) const noexcept {
+    const std::size_t hd = width / heads;
+    return heads > 1 ? (g * cap_ + j) * hd : j * width + g * hd;
+  }
   void store(std::size_t row, const float* v) noexcept {
-    if (type == kv_dtype::f32) {
-      std::copy(v, v + width, buf_.data() + row * width);
-    } else {
-      std::uint16_t* p = bf16_data() + row * width;
-      for (std::size_t i = 0; i < width; ++i) p[i] = f32_to_bf16(v[i]);
+    const std::size_t hd = width / heads;
+    for (std::size_t g = 0; g < heads; ++g) {
+      const float* src = v + g * hd;
+      if (type == kv_dtype::f32) {
+        std::copy(src, src + hd, buf_.data() + at(row, g));
+      } else {
+        std::uint16_t* p = bf16_data() + at(row, g);
+        for (std::size_t i = 0; i < hd; ++i) p[i] = f32_to_bf16(src[i]);
+      }
     }
   }
   const float* f32_data() const noexcept { return buf_.data(); }
@@ -81,7 +107,9 @@ class kv_rows {
   status load(state_reader& r, std::size_t rows, std::string_view what);
 
  private:
+  std::size_t words(std::size_t values) const noexcept { return type == kv_dtype::f32 ? values : (values + 1) / 2; }
   floats buf_;
+  std::size_t cap_ = 0;  // rows per head block (heads > 1)
 };
 
 // A strided view of keys or values: element (j, g, i) at data[j * tok + g * head + i].
@@ -90,6 +118,7 @@ struct kv_view {
   kv_dtype type = kv_dtype::f32;
   std::size_t tok = 0, head = 0;
 
+  // Rows of one head (r.heads == 1): offset elements into each row, heads head_stride apart.
   static kv_view of(const kv_rows& r, std::size_t offset, std::size_t head_stride) noexcept {
     kv_view v;
     v.type = r.type;
@@ -100,6 +129,15 @@ struct kv_view {
     return v;
   }
   static kv_view of(const float* p, std::size_t tok, std::size_t head) noexcept { return {p, kv_dtype::f32, tok, head}; }
+  // Every head of r, in either layout (GQA caches): element (j, g, i) is r's head g of row
+  // j (heads == 1: the whole row is head 0).
+  static kv_view per_head(const kv_rows& r) noexcept {
+    kv_view v = of(r, 0, 0);
+    const std::size_t hd = r.width / r.heads;
+    v.tok = r.heads > 1 ? hd : r.width;
+    v.head = r.heads > 1 ? r.capacity() * hd : hd;
+    return v;
+  }
 };
 
 struct attention_problem {
@@ -116,11 +154,22 @@ struct attention_problem {
   const std::int32_t* selected = nullptr; std::size_t sel_stride = 0, n_selected = 0;
 };
 
-// Runs every (query, head) pair, in parallel over the pairs; each pair's result depends
-// on nothing but its inputs, so the thread count never changes the output. `which`
-// picks the dot/axpy kernels: isa::scalar is the reference, anything else uses AVX-512
-// when this CPU has it (the sums then run in another order: results differ by rounding).
+// Runs every (query, head) pair, in parallel; each pair's result depends on nothing but
+// its inputs, so neither the thread count nor the other queries of the call change it (a
+// prompt and the decode steps that replay it agree bit for bit). `which` picks the kernels:
+// isa::scalar is the reference (one key at a time, std::exp); on AVX2 and AVX-512, head
+// sizes that are multiples of 64 (AVX-512) or 32 (AVX2) floats run the blocked kernels
+// (kernels/attention_ops.hpp: 16 keys at a time, a vector exp, tiles of rows sharing each
+// block of keys), other sizes and DSA's key lists the per-key SIMD kernels. Both differ from
+// the reference by rounding only (tests/test_attention_kernels.cpp bounds it).
 status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which = isa::best);
+
+namespace detail::attn {
+// y[i] = exp(x[i]) as the blocked attention kernels of `which` compute it (isa::avx2 or
+// isa::avx512, on a CPU that has it; n a multiple of 16): what the tests check the stated
+// bound of the vector exp with. Other isas leave y as it is.
+void vector_exp(const float* x, float* y, std::size_t n, isa which) noexcept;
+}  // namespace detail::attn
 
 // Llama / Qwen / Mistral attention; Rope fixes the pairing at compile time (rope_half_split
 // for these models) or takes it from the config (rope_by_config).
@@ -134,7 +183,7 @@ struct basic_gqa_attention {
   float scale = 1.0f;
 
   struct cache {
-    kv_rows k, v;  // [positions, n_kv_heads * head_dim]
+    kv_rows k, v;  // [positions, n_kv_heads * head_dim], stored head-major (kv_rows::heads)
     std::size_t n = 0;
     std::size_t size() const noexcept { return n; }
     void truncate(std::size_t len) noexcept { n = std::min(n, len); }
@@ -177,6 +226,7 @@ struct basic_gqa_attention {
   status init_cache(cache& kc, kv_dtype type, std::size_t reserve_tokens) const {
     kc.k.type = kc.v.type = type;
     kc.k.width = kc.v.width = n_kv_heads * head_dim;
+    kc.k.heads = kc.v.heads = n_kv_heads;
     kc.n = 0;
     SLM_TRY(kc.k.reserve(reserve_tokens));
     return kc.v.reserve(reserve_tokens);
@@ -221,8 +271,8 @@ struct basic_gqa_attention {
     p.window = window;
     p.scale = scale;
     p.q1 = qs; p.q1_tok = qd; p.q1_head = head_dim; p.d1 = head_dim;
-    p.k1 = kv_view::of(kc.k, 0, head_dim);
-    p.v = kv_view::of(kc.v, 0, head_dim);
+    p.k1 = kv_view::per_head(kc.k);
+    p.v = kv_view::per_head(kc.v);
     p.dv = head_dim;
     p.out = att; p.out_tok = qd; p.out_head = head_dim;
     SLM_TRY(attend(p, attn_scratch, cx));
@@ -286,15 +336,95 @@ void one_query(const attention_problem& p, std::size_t t, std::size_t h, float* 
   for (std::size_t i = 0; i < p.dv; ++i) o[i] = acc[i] * inv;
 }
 
+// Rows of one tile for the blocked kernels (kernels/attention_ops.hpp): nh heads of one KV
+// group (h0 ..) for nt tokens (t0 ..), rows token-major. The tile walks key blocks of 16,
+// aligned to key index 0, and each row takes the blocks that meet its own visible keys
+// [first, pos] in order: the same blocks, so the same bits, as the row alone in a call.
+// Taking a block for all rows in turn reads its keys and values into L1 once for the
+// tile: one row alone would stream its whole context from L2 or memory (0.5 FLOP a byte).
+// work: rows x (dv + 2) floats; zeros: max(d1, d2) zero elements.
+inline constexpr std::size_t tile_rows = 16;
+
+template <class E, vec_isa Simd>
+void blocked_tile(const attention_problem& p, std::size_t h0, std::size_t nh, std::size_t t0, std::size_t nt,
+                  float* work, const void* zeros) noexcept {
+  const std::size_t rows = nh * nt, g = h0 / p.group;
+  block_args x;
+  x.k1 = static_cast<const E*>(p.k1.data) + g * p.k1.head;
+  x.tok1 = p.k1.tok;
+  x.d1 = p.d1;
+  if (p.q2) {
+    x.k2 = static_cast<const E*>(p.k2.data) + g * p.k2.head;
+    x.tok2 = p.k2.tok;
+    x.d2 = p.d2;
+  }
+  x.v = static_cast<const E*>(p.v.data) + g * p.v.head;
+  x.vtok = p.v.tok;
+  x.dv = p.dv;
+  x.zeros = zeros;
+  x.scale = p.scale;
+  auto* st = reinterpret_cast<row_state*>(work + rows * p.dv);
+  std::fill(work, work + rows * p.dv, 0.0f);
+  const std::size_t last = p.pos0 + t0 + nt - 1;  // the tile's last key
+  auto first_of = [&](std::size_t pos) { return p.window && pos + 1 > p.window ? pos + 1 - p.window : 0; };
+  for (std::size_t r = 0; r < rows; ++r) st[r] = {-std::numeric_limits<float>::infinity(), 0.0f};
+  for (std::size_t j0 = first_of(p.pos0 + t0) / 16 * 16; j0 <= last; j0 += 16) {
+    bool fetched = false;
+    for (std::size_t r = 0; r < rows; ++r) {
+      const std::size_t t = t0 + r / nh, h = h0 + r % nh, pos = p.pos0 + t;
+      const std::size_t a = std::max(j0, first_of(pos)), b = std::min(j0 + 16, pos + 1);
+      if (a >= b) continue;  // the block is outside this row's keys
+      if (!fetched) prefetch_k<E, Simd>(x, j0, a, b);
+      fetched = true;
+      const float* q1 = p.q1 + t * p.q1_tok + h * p.q1_head;
+      const float* q2 = p.q2 ? p.q2 + t * p.q2_tok + h * p.q2_head : nullptr;
+      block_k<E, Simd>(x, q1, q2, j0, a, b, work + r * p.dv, st[r]);
+    }
+  }
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t t = t0 + r / nh, h = h0 + r % nh;
+    float* o = p.out + t * p.out_tok + h * p.out_head;
+    const float inv = st[r].l > 0 ? 1.0f / st[r].l : 0.0f;
+    const float* acc = work + r * p.dv;
+    for (std::size_t i = 0; i < p.dv; ++i) o[i] = acc[i] * inv;
+  }
+}
+
+SLM_INLINE void vector_exp(const float* x, float* y, std::size_t n, isa which) noexcept {
+#ifdef SLM_X86
+  if (which == isa::avx512 && isa_supported(which, host_cpu())) exp_n_512(x, y, n);
+  if (which == isa::avx2 && isa_supported(which, host_cpu())) exp_n_256(x, y, n);
+#else
+  (void)x, (void)y, (void)n, (void)which;
+#endif
+}
+
+// Whether the blocked kernels of `v` take problem p: contiguous keys (no DSA list) and
+// head sizes that are multiples of 4 vector widths.
+inline bool blocked_fits(const attention_problem& p, vec_isa v) noexcept {
+  const std::size_t w4 = 4 * (v == vec_isa::avx512 ? block_width<vec_isa::avx512>
+                              : v == vec_isa::avx2 ? block_width<vec_isa::avx2>
+                                                   : 0);
+  return w4 && !p.selected && p.d1 % w4 == 0 && (!p.q2 || p.d2 % w4 == 0) && p.dv % w4 == 0;
+}
+
 }  // namespace detail::attn
 
 SLM_INLINE status kv_rows::copy_from(const kv_rows& o, std::size_t rows) {
-  if (o.type != type || o.width != width)
+  if (o.type != type || o.width != width || o.heads != heads)
     return make_error(errc::invalid_argument, "KV rows of width ", o.width, " (", o.type == kv_dtype::f32 ? "f32" : "bf16",
                       ") copied into rows of width ", width, " (", type == kv_dtype::f32 ? "f32" : "bf16", ")");
   if (rows > o.capacity()) return make_error(errc::out_of_range, "copy of ", rows, " KV rows from ", o.capacity());
   if (capacity() < rows) SLM_TRY(reserve(rows));
-  if (rows != 0 && width != 0) std::memcpy(buf_.data(), o.buf_.data(), rows * width * element_bytes());
+  if (rows == 0 || width == 0) return {};
+  if (heads <= 1) {
+    std::memcpy(buf_.data(), o.buf_.data(), rows * width * element_bytes());
+    return {};
+  }
+  const std::size_t hb = width / heads * element_bytes();
+  for (std::size_t g = 0; g < heads; ++g)
+    std::memcpy(reinterpret_cast<std::byte*>(buf_.data()) + at(0, g) * element_bytes(),
+                reinterpret_cast<const std::byte*>(o.buf_.data()) + o.at(0, g) * element_bytes(), rows * hb);
   return {};
 }
 
@@ -304,7 +434,12 @@ SLM_INLINE status kv_rows::save(state_writer& w, std::size_t rows) const {
   SLM_TRY(w.bytes("\0\0\0\0\0\0\0", 7));
   SLM_TRY(w.u64(width));
   SLM_TRY(w.u64(rows));
-  return type == kv_dtype::f32 ? w.f32(f32_data(), rows * width) : w.u16(bf16_data(), rows * width);
+  if (heads <= 1) return type == kv_dtype::f32 ? w.f32(f32_data(), rows * width) : w.u16(bf16_data(), rows * width);
+  const std::size_t hd = width / heads;  // head-major storage, saved row-major
+  for (std::size_t j = 0; j < rows; ++j)
+    for (std::size_t g = 0; g < heads; ++g)
+      SLM_TRY(type == kv_dtype::f32 ? w.f32(f32_data() + at(j, g), hd) : w.u16(bf16_data() + at(j, g), hd));
+  return {};
 }
 
 SLM_INLINE status kv_rows::load(state_reader& r, std::size_t rows, std::string_view what) {
@@ -324,7 +459,13 @@ SLM_INLINE status kv_rows::load(state_reader& r, std::size_t rows, std::string_v
     return make_error(errc::format_error, "", what, " hold ", n, " rows, expected ", rows);
   if (width) SLM_TRY(r.need_items(rows, width * element_bytes(), what));
   if (capacity() < rows) SLM_TRY(reserve(rows));
-  return type == kv_dtype::f32 ? r.f32(buf_.data(), rows * width, what) : r.u16(bf16_data(), rows * width, what);
+  if (heads <= 1)
+    return type == kv_dtype::f32 ? r.f32(buf_.data(), rows * width, what) : r.u16(bf16_data(), rows * width, what);
+  const std::size_t hd = width / heads;
+  for (std::size_t j = 0; j < rows; ++j)
+    for (std::size_t g = 0; g < heads; ++g)
+      SLM_TRY(type == kv_dtype::f32 ? r.f32(buf_.data() + at(j, g), hd, what) : r.u16(bf16_data() + at(j, g), hd, what));
+  return {};
 }
 
 SLM_INLINE status attend(const attention_problem& p, floats& scratch, compute_context& cx, isa which) {
@@ -333,8 +474,6 @@ SLM_INLINE status attend(const attention_problem& p, floats& scratch, compute_co
   if ((p.q2 && p.k2.type != p.k1.type) || p.v.type != p.k1.type)
     return make_error(errc::invalid_argument, "attend: keys and values must share one storage type");
   const std::size_t chunks = std::min<std::size_t>(pairs, std::max<std::size_t>(1, cx.ex.concurrency()) * 4);
-  SLM_TRY(scratch.resize(chunks * p.dv));
-  const static_partition part = partition(0, pairs, chunks);
   const bool bf16 = p.k1.type == kv_dtype::bf16;
   const isa chosen = resolve_isa(which);
   using detail::attn::vec_isa;
@@ -342,11 +481,46 @@ SLM_INLINE status attend(const attention_problem& p, floats& scratch, compute_co
                       : chosen == isa::avx512            ? vec_isa::avx512
                       : chosen == isa::avx2              ? vec_isa::avx2
                                                          : vec_isa::scalar;
+  const std::size_t zeros = detail::attn::blocked_fits(p, vec) ? std::max(p.d1, p.q2 ? p.d2 : 0) : 0;
+  if (zeros) {
+    // Tiles: a KV group's heads for up to tile_rows rows of queries, or one head each when
+    // that leaves threads idle (decode: one token, few groups). Group-major, so a chunk's
+    // tiles share their keys and values in L2. f32 zeros are bf16 zeros too.
+    using detail::attn::tile_rows;
+    const std::size_t threads = std::max<std::size_t>(1, cx.ex.concurrency());
+    std::size_t nh = p.group <= tile_rows ? p.group : 1, nt = tile_rows / nh;
+    if (p.H / nh * ((p.T + nt - 1) / nt) < threads) nh = 1, nt = tile_rows;
+    const std::size_t token_tiles = (p.T + nt - 1) / nt, tiles = p.H / nh * token_tiles;
+    const std::size_t per_chunk = tile_rows * (p.dv + 2);
+    const std::size_t n_chunks = std::min(tiles, threads * 4);
+    SLM_TRY(scratch.resize(n_chunks * per_chunk + zeros));
+    std::fill(scratch.data() + n_chunks * per_chunk, scratch.data() + n_chunks * per_chunk + zeros, 0.0f);
+    const float* zero_row = scratch.data() + n_chunks * per_chunk;
+    const static_partition tpart = partition(0, tiles, n_chunks);
+    return parallel_for_chunks(cx.ex, tpart.count, [&](std::size_t c) {
+      float* work = scratch.data() + c * per_chunk;
+      const index_range r = tpart.chunk(c);
+      for (std::size_t u = r.begin; u < r.end; ++u) {
+        const std::size_t h0 = u / token_tiles * nh, t0 = u % token_tiles * nt, n = std::min(nt, p.T - t0);
+        using detail::attn::blocked_tile;
+        switch ((bf16 ? 2 : 0) + (vec == vec_isa::avx512 ? 1 : 0)) {
+          case 0: blocked_tile<float, vec_isa::avx2>(p, h0, nh, t0, n, work, zero_row); break;
+          case 1: blocked_tile<float, vec_isa::avx512>(p, h0, nh, t0, n, work, zero_row); break;
+          case 2: blocked_tile<std::uint16_t, vec_isa::avx2>(p, h0, nh, t0, n, work, zero_row); break;
+          default: blocked_tile<std::uint16_t, vec_isa::avx512>(p, h0, nh, t0, n, work, zero_row); break;
+        }
+      }
+    }, cx.cancel);
+  }
+  SLM_TRY(scratch.resize(chunks * p.dv));
+  const static_partition part = partition(0, pairs, chunks);
   return parallel_for_chunks(cx.ex, part.count, [&](std::size_t c) {
     float* acc = scratch.data() + c * p.dv;
     const index_range r = part.chunk(c);
     for (std::size_t i = r.begin; i < r.end; ++i) {
-      const std::size_t t = i / p.H, h = i % p.H;
+      // Head-major: a chunk's pairs are few heads over many tokens, so a head's keys and
+      // values stay in L2 across its queries (token-major, every query read all heads').
+      const std::size_t h = i / p.T, t = i % p.T;
       using detail::attn::one_query;
       switch ((bf16 ? 3 : 0) + static_cast<int>(vec)) {
         case 0: one_query<float, vec_isa::scalar>(p, t, h, acc); break;

@@ -440,6 +440,7 @@ SLM_INLINE result<nanochat_attention> nanochat_attention::load(const checkpoint&
 SLM_INLINE status nanochat_attention::init_cache(nanochat_kv& kv, kv_dtype type, std::size_t reserve_tokens) const {
   kv.k.type = kv.v.type = type;
   kv.k.width = kv.v.width = cfg.n_kv_head * cfg.head_dim();
+  kv.k.heads = kv.v.heads = cfg.n_kv_head;
   kv.n = 0;
   SLM_TRY(kv.k.reserve(reserve_tokens));
   return kv.v.reserve(reserve_tokens);
@@ -530,8 +531,8 @@ SLM_INLINE status nanochat_attention::forward(const float* h, std::size_t T, flo
     p.window = cfg.window_left >= 0 ? static_cast<std::size_t>(cfg.window_left) + 1 : 0;
     p.scale = scale;
     p.q1 = q; p.q1_tok = qd; p.q1_head = hd; p.d1 = hd;
-    p.k1 = kv_view::of(kv.k, 0, hd);
-    p.v = kv_view::of(kv.v, 0, hd);
+    p.k1 = kv_view::per_head(kv.k);
+    p.v = kv_view::per_head(kv.v);
     p.dv = hd;
     p.out = att; p.out_tok = qd; p.out_head = hd;
     SLM_TRY(attend(p, ws.attn, cx));
