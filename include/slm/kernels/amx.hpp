@@ -42,7 +42,7 @@
 #include "slm/kernels/kernel_row.hpp"
 
 #if defined(SLM_X86) && SLM_DEFINE_KERNELS
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #define SLM_AMX_512 \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,f16c,bmi,bmi2")))
 #endif

@@ -39,7 +39,7 @@
 
 #if SLM_DEFINE_DECODER
 #ifdef SLM_X86
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #endif
 
 namespace slm::detail::attn {

@@ -49,7 +49,7 @@
 
 #ifdef SLM_X86
 #if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #endif
 #define SLM_W4A8_256 __attribute__((target("avx2,fma,f16c")))
 

@@ -13,7 +13,7 @@
 
 #ifdef SLM_X86
 #if SLM_DEFINE_KERNELS || SLM_DEFINE_DECODER  // the kernels; hsum_512 for kernels/attention_ops.hpp
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #endif
 #define SLM_MM_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2")))
 

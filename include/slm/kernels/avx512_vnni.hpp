@@ -77,7 +77,7 @@
 
 #ifdef SLM_X86
 #if SLM_DEFINE_KERNELS  // only the kernels unit compiles the intrinsics
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #endif
 #define SLM_W4A8_512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c,bmi,bmi2")))

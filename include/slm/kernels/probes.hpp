@@ -34,7 +34,7 @@
 #include <vector>
 
 #if defined(__x86_64__) && SLM_DEFINE_KERNELS  // only the (guarded) probe loops use it
-#include <immintrin.h>
+#include "slm/kernels/x86_intrinsics.hpp"
 #endif
 
 #include "slm/core/cpu.hpp"
