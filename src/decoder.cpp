@@ -16,5 +16,8 @@
 
 #include "slm/generate/generator.hpp"
 
+// slm::model, the config-driven decoder (slm/models/hf/model.hpp), once for every file.
+template class slm::decoder<slm::any_attention, slm::any_ffn>;
+
 // The generator of slm::model's session (slm/generate/generator_instances.hpp).
 template class slm::generator<slm::model::session>;

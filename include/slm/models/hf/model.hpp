@@ -391,12 +391,11 @@ status decoder<Attention, Ffn, Norm, Format>::session::run(
 // The config-driven model: any supported architecture, chosen per layer at load time.
 using model = decoder<any_attention, any_ffn>;
 
-// Compiled mode: the library's decoder unit instantiates slm::model once; other files
-// use that instantiation (other compositions are instantiated where they are used).
+// Compiled mode: the library's decoder unit (src/decoder.cpp) instantiates slm::model
+// once; other files use that instantiation (other compositions are instantiated where
+// they are used).
 #if SLM_COMPILED && !SLM_UNIT_DECODER
 extern template class decoder<any_attention, any_ffn>;
-#elif SLM_COMPILED
-template class decoder<any_attention, any_ffn>;
 #endif
 
 }  // namespace slm
