@@ -120,10 +120,11 @@ SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* 
       } else if constexpr (F == weight_format::f16) {
         w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j)));
         w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16)));
-      } else {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + 32 * j));
-        w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(v)), 16));
-        w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(v, 1)), 16));
+      } else {  // two 16-byte loads widened from memory: g++ made a 32-byte load and an extract of this, at half the rate
+        const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j));
+        const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16));
+        w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v0), 16));
+        w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v1), 16));
       }
       acc[i] = _mm256_fmadd_ps(w0, x0, acc[i]);
       acc2[i] = _mm256_fmadd_ps(w1, x1, acc2[i]);
