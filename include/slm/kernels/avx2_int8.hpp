@@ -303,20 +303,27 @@ SLM_W4A8_256 void micro_256i(const std::int8_t* panel, const float* fp, const st
   __m256 a0[T], a1[T];
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
-    alignas(32) float tmp[16] = {};
-    if (!first) std::memcpy(tmp, y + static_cast<std::size_t>(t) * ldy, nr * sizeof(float));
-    a0[t] = _mm256_load_ps(tmp);
-    a1[t] = _mm256_load_ps(tmp + 8);
+    const float* yt = y + static_cast<std::size_t>(t) * ldy;
+    if (first || nr < 16) {  // (a call of memcpy for 16 rows was 8 % of the GEMM)
+      alignas(32) float tmp[16] = {};
+      if (!first) std::memcpy(tmp, yt, nr * sizeof(float));
+      a0[t] = _mm256_load_ps(tmp);
+      a1[t] = _mm256_load_ps(tmp + 8);
+    } else {
+      a0[t] = _mm256_loadu_ps(yt);
+      a1[t] = _mm256_loadu_ps(yt + 8);
+    }
   }
   for (std::size_t s = 0; s < ns; ++s) {
     const std::int8_t* p = panel + 256 * s;
 #pragma GCC unroll 4
     for (int t = 0; t < T; ++t) {
       const std::size_t ut = static_cast<std::size_t>(t);
-      std::int32_t xw[4];
-      std::memcpy(xw, v + ut * K + seg * s, 16);
-      const __m256i b0 = _mm256_set1_epi32(xw[0]), b1 = _mm256_set1_epi32(xw[1]);
-      const __m256i b2 = _mm256_set1_epi32(xw[2]), b3 = _mm256_set1_epi32(xw[3]);
+      // Each group of 4 activation bytes broadcast from memory (vpbroadcastd; through a
+      // general register, as set1_epi32 of a loaded int compiles, it took two more uops).
+      const std::uint8_t* xg = v + ut * K + seg * s;
+      const __m256i b0 = _mm256_broadcastd_epi32(_mm_loadu_si32(xg)), b1 = _mm256_broadcastd_epi32(_mm_loadu_si32(xg + 4));
+      const __m256i b2 = _mm256_broadcastd_epi32(_mm_loadu_si32(xg + 8)), b3 = _mm256_broadcastd_epi32(_mm_loadu_si32(xg + 12));
       const __m256 hb = _mm256_set1_ps(h[ut * S + s]);
       __m256i l = _mm256_maddubs_epi16(b0, ld_panel(p + 0));
       __m256i u = _mm256_maddubs_epi16(b0, ld_panel(p + 32));
@@ -336,10 +343,16 @@ SLM_W4A8_256 void micro_256i(const std::int8_t* panel, const float* fp, const st
   }
 #pragma GCC unroll 4
   for (int t = 0; t < T; ++t) {
+    float* yt = y + static_cast<std::size_t>(t) * ldy;
+    if (nr == 16) {
+      _mm256_storeu_ps(yt, a0[t]);
+      _mm256_storeu_ps(yt + 8, a1[t]);
+      continue;
+    }
     alignas(32) float tmp[16];
     _mm256_store_ps(tmp, a0[t]);
     _mm256_store_ps(tmp + 8, a1[t]);
-    std::memcpy(y + static_cast<std::size_t>(t) * ldy, tmp, nr * sizeof(float));
+    std::memcpy(yt, tmp, nr * sizeof(float));
   }
 }
 #endif  // SLM_DEFINE_KERNELS
