@@ -120,7 +120,8 @@ SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* 
       } else if constexpr (F == weight_format::f16) {
         w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j)));
         w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16)));
-      } else {  // two 16-byte loads widened from memory: g++ made a 32-byte load and an extract of this, at half the rate
+      } else {  // two 16-byte loads, each widened from memory (from one 32-byte load and an
+                // extract, g++'s code ran at half this rate)
         const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j));
         const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16));
         w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v0), 16));

@@ -148,9 +148,10 @@ __attribute__((target("avx512f"))) SLM_INLINE float fma_chains_avx512(std::size_
 #pragma GCC unroll 12
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-6f);
-  for (std::size_t i = 0; i < steps; ++i)
+  for (std::size_t i = 0; i < steps; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  }
   alignas(64) float tmp[16];
   float s = 0;
 #pragma GCC unroll 12
@@ -168,9 +169,10 @@ __attribute__((target("avx2,fma"))) SLM_INLINE float fma_chains_avx2(std::size_t
 #pragma GCC unroll 12
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-6f);
-  for (std::size_t i = 0; i < steps; ++i)
+  for (std::size_t i = 0; i < steps; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < probe_chains; ++j) acc[j] = _mm256_fmadd_ps(acc[j], a, b);
+  }
   alignas(32) float tmp[8];
   float s = 0;
 #pragma GCC unroll 12
@@ -189,9 +191,10 @@ __attribute__((target("avx512f,avx512bf16"))) SLM_INLINE float bf16_dot_chains_a
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_ps(0.5f + 0.01f * static_cast<float>(j));
   const __m512i one = _mm512_set1_epi32(0x3F803F80);  // bf16 pairs (1, 1)
   const __m512bh a = (__m512bh)one, b = (__m512bh)_mm512_set1_epi32(0x33D633D6);  // (1e-7, 1e-7)
-  for (std::size_t i = 0; i < steps; ++i)
+  for (std::size_t i = 0; i < steps; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], a, b);
+  }
   alignas(64) float tmp[16];
   float s = 0;
 #pragma GCC unroll 12
@@ -209,9 +212,10 @@ __attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_
 #pragma GCC unroll 12
   for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_set1_epi32(j);
   const __m512i a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(-1);  // u8 x s8 pairs
-  for (std::size_t i = 0; i < steps; ++i)
+  for (std::size_t i = 0; i < steps; ++i) {
 #pragma GCC unroll 12
     for (int j = 0; j < probe_chains; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+  }
   alignas(64) std::uint32_t tmp[16];
   std::uint32_t s = 0;  // the lanes wrap (as vpdpbusd's do): unsigned, so the sum is defined
 #pragma GCC unroll 12
