@@ -226,7 +226,6 @@ __attribute__((target("avx512f,avx512vnni"))) SLM_INLINE std::uint32_t int8_dot_
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
-inline constexpr int int8_avx2_chains = 12;  // int8_dot_chains_avx2's (below)
 __attribute__((target("avx2"))) std::uint32_t int8_dot_chains_avx2(std::size_t steps) noexcept;
 #if SLM_DEFINE_KERNELS
 __attribute__((target("avx2"))) SLM_INLINE std::uint32_t int8_dot_chains_avx2(std::size_t steps) noexcept {
@@ -248,7 +247,8 @@ __attribute__((target("avx2"))) SLM_INLINE std::uint32_t int8_dot_chains_avx2(st
             : [b] "x"(b)
             : "xmm15");
 #undef SLM_PROBE_STEP
-  const __m256i acc[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
+  static_assert(probe_chains == 12, "the assembly above runs twelve chains");
+  const __m256i acc[probe_chains] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
   alignas(32) std::uint16_t tmp[16];
   std::uint32_t s = 0;  // the lanes wrap (vpaddw): unsigned, so the sum is defined
   for (const __m256i& v : acc) {
@@ -382,7 +382,7 @@ SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
   }
   if (!isa_supported(isa::avx2, host_cpu())) return 0;
   const std::size_t steps = products / 32;
-  return detail::best_rate(ex, 64.0 * detail::int8_avx2_chains * static_cast<double>(steps),
+  return detail::best_rate(ex, 64.0 * detail::probe_chains * static_cast<double>(steps),
                            [&] { return detail::int8_dot_chains_avx2(steps); });
 #else
   (void)ex;
