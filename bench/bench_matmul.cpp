@@ -81,6 +81,11 @@ void bm_gemm(benchmark::State& state, slm::weight_format f, std::size_t N, std::
   if (act == slm::activation_precision::bf16 && g_probe.amx_bf16_flops_per_s > 0 && slm::amx_bf16_accelerated(which) &&
       K % 32 == 0 && n_tok > slm::detail::mm::gemv_max_tokens)  // on AMX tiles (kernels/amx.hpp)
     state.counters["ratio_to_amx_peak"] = flops / sec / g_probe.amx_bf16_flops_per_s;
+  if (act == slm::activation_precision::int8 && g_probe.int8_ops_per_s > 0 && slm::w4a8_accelerated(which))
+    state.counters["ratio_to_int8_peak"] = flops / sec / g_probe.int8_ops_per_s;
+  if (act == slm::activation_precision::int8 && g_probe.amx_int8_ops_per_s > 0 && slm::amx_int8_accelerated(which) &&
+      n_tok > slm::detail::mm::gemv_max_tokens)  // on AMX-INT8 tiles (kernels/amx_int8.hpp)
+    state.counters["ratio_to_amx_peak"] = flops / sec / g_probe.amx_int8_ops_per_s;
 }
 
 // attend() over a KV cache (layers/attention.hpp): a prompt of n_tok tokens from position
@@ -163,9 +168,13 @@ void register_all() {
           ->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
     }
   }
-  // The opt-in W4A8 path (int8 activations, AVX-512 VNNI; kernels/avx512_vnni.hpp). GFLOP/s are
-  // "effective" (2 N K n_tok per call) and still divided by the f32 FMA probe.
-  const char* w4a8_isa = slm::w4a8_accelerated(best) ? "vnni" : "scalar";
+  // The opt-in W4A8 path (int8 activations: AVX-512 VNNI, its GEMM on AMX-INT8 tiles where
+  // present, or AVX2; kernels/avx512_vnni.hpp, amx_int8.hpp, avx2_int8.hpp). GFLOP/s are
+  // "effective" (2 N K n_tok per call), divided by the f32 FMA probe and by the int8 ones.
+  const char* w4a8_isa = slm::amx_int8_accelerated(best) ? "amx_int8"
+                         : slm::w4a8_vnni(best)          ? "vnni"
+                         : slm::w4a8_accelerated(best)   ? "avx2_int8"
+                                                         : "scalar";
   for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4}) {
     for (const shape& s : gemv_shapes) {
       if (f == weight_format::mxfp4 && (s.n != 4096 || s.k != 14336)) continue;
@@ -229,13 +238,14 @@ int main(int argc, char** argv) {
   g_probe = slm::measure_probes(*pool, env_size("SLM_PROBE_MIB", 1024) << 20);
   const slm::cpu_features& cpu = slm::host_cpu();
   std::printf("probe: read bandwidth %.2f GB/s over %zu MiB, f32 FMA peak %.1f GFLOP/s, bf16 dot peak %.1f GFLOP/s, "
-              "AMX bf16 peak %.1f GFLOP/s, %zu threads\n",
+              "AMX bf16 peak %.1f GFLOP/s, int8 dot peak %.1f GOP/s, AMX int8 peak %.1f GOP/s, %zu threads\n",
               g_probe.read_bytes_per_s / 1e9, g_probe.probe_bytes >> 20, g_probe.f32_flops_per_s / 1e9,
-              g_probe.bf16_flops_per_s / 1e9, g_probe.amx_bf16_flops_per_s / 1e9, threads);
-  std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx-bf16 %d; matmul isa %s; "
-              "compiled %s\n",
+              g_probe.bf16_flops_per_s / 1e9, g_probe.amx_bf16_flops_per_s / 1e9, g_probe.int8_ops_per_s / 1e9,
+              g_probe.amx_int8_ops_per_s / 1e9, threads);
+  std::printf("cpu: avx2 %d fma %d f16c %d avx512f %d bw %d vl %d vnni %d bf16 %d amx-bf16 %d amx-int8 %d; "
+              "matmul isa %s; compiled %s\n",
               cpu.avx2, cpu.fma, cpu.f16c, cpu.avx512f, cpu.avx512bw, cpu.avx512vl, cpu.avx512vnni, cpu.avx512bf16,
-              slm::amx_usable(),
+              cpu.amx_bf16 && slm::amx_usable(), cpu.amx_int8 && slm::amx_usable(),
               std::string(slm::to_string(slm::default_isa())).c_str(),
 #if defined(__AVX512F__)
               "with AVX-512 (-march)"
@@ -249,6 +259,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("probe_f32_GFLOPs", std::to_string(g_probe.f32_flops_per_s / 1e9));
   benchmark::AddCustomContext("probe_bf16_GFLOPs", std::to_string(g_probe.bf16_flops_per_s / 1e9));
   benchmark::AddCustomContext("probe_amx_bf16_GFLOPs", std::to_string(g_probe.amx_bf16_flops_per_s / 1e9));
+  benchmark::AddCustomContext("probe_int8_GOPs", std::to_string(g_probe.int8_ops_per_s / 1e9));
+  benchmark::AddCustomContext("probe_amx_int8_GOPs", std::to_string(g_probe.amx_int8_ops_per_s / 1e9));
   register_all();
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -848,10 +848,16 @@ int cmd_bench_synthetic(const args& a) {
   const std::size_t np = a.count("prompt-tokens", 512), ng = a.count("gen-tokens", 128), reps = a.count("reps", 3);
   const bool tiles = bf16_products && np > slm::detail::mm::gemv_max_tokens && slm::amx_bf16_accelerated() &&
                      probe.amx_bf16_flops_per_s > 0;
+  const bool int8_tiles = int8_products && np > slm::detail::mm::gemv_max_tokens && slm::amx_int8_accelerated() &&
+                          probe.amx_int8_ops_per_s > 0;
   const double compute_peak = bf16_products   ? probe.bf16_gemm_peak(tiles)
-                              : int8_products ? probe.int8_ops_per_s
+                              : int8_products ? probe.int8_gemm_peak(int8_tiles)
                                               : probe.f32_flops_per_s;
-  const char* compute_probe = tiles ? "amx_bf16" : bf16_products ? "bf16_dot" : int8_products ? "int8_dot" : "f32_fma";
+  const char* compute_probe = tiles           ? "amx_bf16"
+                              : bf16_products ? "bf16_dot"
+                              : int8_tiles    ? "amx_int8"
+                              : int8_products ? "int8_dot"
+                                              : "f32_fma";
   const bool billions = params >= 1000000000;
   std::printf("shape %.*s: %s, %zu of %zu layers, %.3f %s parameters; weights %.*s%s, activations %s; threads %zu\n",
               static_cast<int>(shape.size()), shape.data(), std::string(cfg->get_string("model_type")).c_str(),
@@ -860,9 +866,9 @@ int cmd_bench_synthetic(const args& a) {
               static_cast<int>(fmt.size()), fmt.data(), a.has("quantize-embeddings") ? " (embeddings too)" : "",
               std::string(slm::to_string(prod)).c_str(), probe.threads);
   std::printf("probe read_bandwidth: %.1f GB/s, f32_fma: %.1f GFLOP/s, bf16_dot: %.1f GFLOP/s, int8_dot: %.1f GOP/s, "
-              "amx_bf16: %.1f GFLOP/s, isa: %.*s\n",
+              "amx_bf16: %.1f GFLOP/s, amx_int8: %.1f GOP/s, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
-              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9,
+              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9, probe.amx_int8_ops_per_s / 1e9,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
 
   std::vector<double> prefill_tps, prefill_flops_s, decode_tps, decode_bytes_s;
@@ -918,9 +924,11 @@ int cmd_bench(const args& a) {
   if (!pool.ok()) return fail(pool.error());
   const slm::probe_result probe = slm::measure_probes(*pool, a.count("probe-mib", 1024) << 20);
   std::printf("probe read_bandwidth: %.1f GB/s\nprobe f32_fma: %.1f GFLOP/s\nprobe bf16_dot: %.1f GFLOP/s\n"
-              "probe int8_dot: %.1f GOP/s\nprobe amx_bf16: %.1f GFLOP/s\nthreads: %zu, isa: %.*s\n",
+              "probe int8_dot: %.1f GOP/s\nprobe amx_bf16: %.1f GFLOP/s\nprobe amx_int8: %.1f GOP/s\n"
+              "threads: %zu, isa: %.*s\n",
               probe.read_bytes_per_s / 1e9, probe.f32_flops_per_s / 1e9, probe.bf16_flops_per_s / 1e9,
-              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9, probe.threads,
+              probe.int8_ops_per_s / 1e9, probe.amx_bf16_flops_per_s / 1e9, probe.amx_int8_ops_per_s / 1e9,
+              probe.threads,
               static_cast<int>(slm::to_string(slm::default_isa()).size()), slm::to_string(slm::default_isa()).data());
   const bool quick = a.has("quick");  // one shape, for tests
   for (const slm::kernel_case& c : slm::kernel_bench_cases(quick, a.get("only"))) {

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "slm/core/cpu.hpp"
@@ -264,9 +265,10 @@ TEST(KernelTable, EveryKeyHasTheDocumentedRow) {
       const mm::kernel_row i8 = mm::find_kernels(f, activation_precision::int8, which);
       ASSERT_NE(i8.gemm, nullptr);
       if (!fp4) EXPECT_EQ(i8.name, f32.name);
-      else EXPECT_EQ(i8.name, slm::w4a8_vnni(which)          ? "avx512_vnni"
-                              : slm::w4a8_accelerated(which) ? "avx2_int8"
-                                                             : "w4a8_reference");
+      else EXPECT_EQ(i8.name, slm::amx_int8_accelerated(which) ? "amx_int8"
+                              : slm::w4a8_vnni(which)            ? "avx512_vnni"
+                              : slm::w4a8_accelerated(which)     ? "avx2_int8"
+                                                                 : "w4a8_reference");
       if (fp4) EXPECT_NE(i8.gemm_prepare, nullptr);  // the quantization
 
       const mm::kernel_row b16 = mm::find_kernels(f, activation_precision::bf16, which);
@@ -599,22 +601,30 @@ TEST(Probes, ReadBandwidthOnOddSizes) {
   }
 }
 
-// The AMX tile probe runs where the kernels would (amx_usable), gives a finite positive rate
-// there and 0 elsewhere; AMX is never usable without the CPU feature.
+// The AMX tile probes run where their kernels would (amx_usable and the CPU feature), give
+// a finite positive rate there and 0 elsewhere; AMX is never usable without the CPU feature.
 TEST(Probes, TileProbeFollowsAmxUsable) {
   slm::serial_executor one;
-  const double r = slm::probe_tile_bf16(one, 4000);
-  if (slm::amx_usable()) {
-    EXPECT_GT(r, 0.0);
-    EXPECT_TRUE(std::isfinite(r));
-    EXPECT_TRUE(slm::host_cpu().amx_bf16);
-  } else {
-    EXPECT_EQ(r, 0.0);
+  const double r = slm::probe_tile_bf16(one, 4000), r8 = slm::probe_tile_int8(one, 4000);
+  for (const auto& [rate, has] : {std::pair{r, slm::host_cpu().amx_bf16}, std::pair{r8, slm::host_cpu().amx_int8}}) {
+    if (slm::amx_usable() && has) {
+      EXPECT_GT(rate, 0.0);
+      EXPECT_TRUE(std::isfinite(rate));
+    } else {
+      EXPECT_EQ(rate, 0.0);
+    }
   }
-  if (!slm::host_cpu().amx_bf16) EXPECT_FALSE(slm::amx_usable());
-  const slm::probe_result p{0, 0, 0, 0, 7, 1, 0};
+  if (!slm::host_cpu().amx_bf16 && !slm::host_cpu().amx_int8) EXPECT_FALSE(slm::amx_usable());
+  EXPECT_EQ(slm::amx_int8_accelerated(), slm::w4a8_vnni() && slm::host_cpu().amx_int8 && slm::amx_usable());
+  slm::probe_result p;
+  p.bf16_flops_per_s = 0;
+  p.amx_bf16_flops_per_s = 7;
+  p.int8_ops_per_s = 3;
+  p.amx_int8_ops_per_s = 5;
   EXPECT_EQ(p.bf16_gemm_peak(true), 7.0);
   EXPECT_EQ(p.bf16_gemm_peak(false), 0.0);
+  EXPECT_EQ(p.int8_gemm_peak(true), 5.0);
+  EXPECT_EQ(p.int8_gemm_peak(false), 3.0);
 }
 
 // The int8 dot probe runs where W4A8 has SIMD kernels (VNNI or AVX2) and is 0 elsewhere.

@@ -18,7 +18,8 @@
 // Asserted: |y - y_exact| <= (1 + 2g) Q + 2 (g + u) S_abs (+1e-35), g = gamma_{S+24}.
 // Between the AVX-512 or AVX2 GEMV and the scalar W4A8 reference (same integers, same c_s;
 // only the order of the per-segment sums differs): |y - y_ref| <= 2 g T, T = sum_s |c_s D_s|.
-// The AVX-512 and AVX2 GEMMs perform the reference's operations in its order: bit-identical.
+// The AVX-512 (VNNI or AMX-INT8 tiles) and AVX2 GEMMs perform the reference's operations in
+// its order: bit-identical.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -193,8 +194,8 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
             if (threads == 1) {
               first = ybuf;
               if (which == isa::scalar) yref = std::vector<float>(ybuf.begin() + 1, ybuf.end());
-              // The VNNI and AVX2 GEMMs (more tokens than the fused GEMV takes) do the
-              // reference's operations in its order.
+              // The VNNI, AMX-INT8 and AVX2 GEMMs (more tokens than the fused GEMV takes) do
+              // the reference's operations in its order.
               if (n_tok > slm::detail::mm::gemv_max_tokens && slm::w4a8_accelerated(which) && !yref.empty()) {
                 ASSERT_EQ(std::memcmp(yref.data(), y, yref.size() * sizeof(float)), 0) << "GEMM != reference";
                 ++exact_gemm;
@@ -216,8 +217,36 @@ void sweep(weight_format f, std::vector<std::size_t> Ks) {
 }
 
 TEST(MatmulW4A8, Reports) {
-  std::printf("w4a8 accelerated: %d (AVX-512 VNNI: %d)\n", static_cast<int>(slm::w4a8_accelerated()),
-              static_cast<int>(slm::w4a8_vnni()));
+  std::printf("w4a8 accelerated: %d (AVX-512 VNNI: %d, AMX-INT8 GEMM: %d)\n", static_cast<int>(slm::w4a8_accelerated()),
+              static_cast<int>(slm::w4a8_vnni()), static_cast<int>(slm::amx_int8_accelerated()));
+}
+
+// The AMX-INT8 GEMM's own geometry (kernels/amx_int8.hpp), beyond the sweep's one panel:
+// several 128-row panels with a partial last one, K past one 1024-column panel (a partial
+// 64-column step, an odd number of segments in the last panel for nvfp4), token blocks of
+// 16 with a partial last one; bit-identical to the scalar reference at 1 and 2 threads.
+TEST(MatmulW4A8, AmxTilesGeometry) {
+  if (!slm::amx_int8_accelerated()) GTEST_SKIP() << "no AMX-INT8";
+  std::mt19937 rng(2026u);
+  struct shape {
+    weight_format f;
+    std::size_t N, K, n_tok;
+  };
+  for (const shape& c : {shape{weight_format::nvfp4, 300, 1040, 40}, shape{weight_format::nvfp4, 130, 2128, 17},
+                         shape{weight_format::mxfp4, 257, 1120, 65}, shape{weight_format::mxfp4, 33, 96, 33}}) {
+    SCOPED_TRACE(slm::cat(slm::to_string(c.f), " N=", c.N, " K=", c.K, " n_tok=", c.n_tok));
+    owned_weight o = make_weight(c.f, c.N, c.K, c.N % 4, rng, false);
+    const std::size_t ldx = c.K + 1, ldy = c.N + 5;
+    std::vector<float> xbuf(c.n_tok * ldx);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float& v : xbuf) v = nd(rng);
+    std::vector<float> ref(c.n_tok * ldy, -7.0f), tiles(ref), tiles2(ref);
+    ASSERT_TRUE(run(1, o.w, xbuf.data(), c.n_tok, ldx, ref.data(), ldy, isa::scalar).ok());
+    ASSERT_TRUE(run(1, o.w, xbuf.data(), c.n_tok, ldx, tiles.data(), ldy, isa::avx512).ok());
+    ASSERT_TRUE(run(2, o.w, xbuf.data(), c.n_tok, ldx, tiles2.data(), ldy, isa::avx512).ok());
+    EXPECT_EQ(std::memcmp(ref.data(), tiles.data(), ref.size() * sizeof(float)), 0) << "tiles != reference";
+    EXPECT_EQ(std::memcmp(tiles.data(), tiles2.data(), ref.size() * sizeof(float)), 0) << "depends on threads";
+  }
 }
 
 TEST(MatmulW4A8, Nvfp4) { sweep(weight_format::nvfp4, {16, 48, 80, 256, 272, 784, 1040}); }

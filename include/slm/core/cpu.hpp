@@ -11,7 +11,7 @@
 //                                       the register state it needs, XCR0).
 //   const cpu_features& host_cpu()      the same, detected once (function-local static,
 //                                       thread-safe initialisation, never written after).
-//   bool amx_usable()                   AMX-BF16 tiles usable by this process: the CPU has
+//   bool amx_usable()                   AMX tiles usable by this process: the CPU has
 //                                       them, the OS saves their state (XCR0), and on Linux
 //                                       the process holds the permission, which the first
 //                                       call asks for (arch_prctl; see the function).
@@ -69,6 +69,7 @@ struct cpu_features {
   bool avx512vbmi = false;
   bool avxvnni = false;
   bool amx_bf16 = false;  // AMX-TILE + AMX-BF16, tile state enabled in XCR0 (see amx_usable())
+  bool amx_int8 = false;  // AMX-TILE + AMX-INT8, likewise
   // arm
   bool neon = false;
 };
@@ -119,9 +120,12 @@ inline cpu_features detect_cpu_features() noexcept {
       f.avxvnni = f.avx && ((a >> 4) & 1u);
       f.avx512bf16 = f.avx512f && ((a >> 5) & 1u);
     }
-    // Leaf 7.0 EDX: AMX-BF16 bit 22, AMX-TILE bit 24; XCR0 bits 17-18: XTILECFG, XTILEDATA.
+    // Leaf 7.0 EDX: AMX-BF16 bit 22, AMX-TILE bit 24, AMX-INT8 bit 25; XCR0 bits 17-18:
+    // XTILECFG, XTILEDATA.
     const bool os_amx = (xcr0 & 0x60000u) == 0x60000u;
-    f.amx_bf16 = f.avx512f && os_amx && ((leaf7_edx >> 22) & 1u) && ((leaf7_edx >> 24) & 1u);
+    const bool tiles = f.avx512f && os_amx && ((leaf7_edx >> 24) & 1u);
+    f.amx_bf16 = tiles && ((leaf7_edx >> 22) & 1u);
+    f.amx_int8 = tiles && ((leaf7_edx >> 25) & 1u);
   }
 #elif defined(__aarch64__) || defined(__ARM_NEON)
   f.neon = true;  // mandatory in AArch64
@@ -135,7 +139,8 @@ inline const cpu_features& host_cpu() noexcept {
   return f;
 }
 
-// Whether this process may use AMX-BF16 tiles (the kernels of kernels/amx.hpp). Linux keeps
+// Whether this process may use AMX tiles (the kernels of kernels/amx.hpp, AMX-BF16, and
+// kernels/amx_int8.hpp, AMX-INT8; each also checks its own feature). Linux keeps
 // the 8 KiB of tile data out of a process's saved state until the process asks for it
 // (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)); the first call asks, once. The
 // grant is process-wide, for every thread, and changes nothing else: a thread's tile state
@@ -145,7 +150,7 @@ inline const cpu_features& host_cpu() noexcept {
 inline bool amx_usable() noexcept {
 #if defined(SLM_X86) && defined(__linux__) && defined(SYS_arch_prctl)
   static const bool granted = [] {
-    if (!host_cpu().amx_bf16) return false;
+    if (!host_cpu().amx_bf16 && !host_cpu().amx_int8) return false;
     constexpr long req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
     return syscall(SYS_arch_prctl, req_xcomp_perm, xfeature_xtiledata) == 0;
   }();

@@ -128,9 +128,12 @@ SLM_W4A8_512 inline float hmax_512(__m512 v) noexcept {
 #endif  // SLM_DEFINE_KERNELS
 
 // Same values as quantize_scalar (qb = 16 or 32).
-SLM_W4A8_512 void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept;
+// q_step: bytes from one segment's 16 q values to the next (16: the row-major q of the
+// GEMV and VNNI GEMM; 256: the AMX-INT8 tiles, kernels/amx_int8.hpp). o.nc may be null.
+SLM_W4A8_512 void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o, std::size_t q_step = seg) noexcept;
 #if SLM_DEFINE_KERNELS
-SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o) noexcept {
+SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::size_t qb, qrow o,
+                                          std::size_t q_step) noexcept {
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7FFFFFFF));
   const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
   const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
@@ -153,8 +156,8 @@ SLM_W4A8_512 SLM_INLINE void quantize_512(const float* x, std::size_t K, std::si
       __m512i qi = _mm512_setzero_si512();
       if (!zero) qi = _mm512_min_epi32(hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_div_ps(a[j], dv))));
       const __m128i q8 = _mm512_cvtepi32_epi8(qi);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + s * seg), q8);
-      o.nc[s] = -offset * sum_i8x16(q8);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o.q + s * q_step), q8);
+      if (o.nc) o.nc[s] = -offset * sum_i8x16(q8);
       o.h[s] = bad ? std::numeric_limits<float>::quiet_NaN() : 0.5f * d;
     }
   }

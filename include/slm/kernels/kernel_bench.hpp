@@ -143,8 +143,11 @@ SLM_INLINE result<kernel_figure> measure_kernel(weight_format f, std::size_t n, 
                        (f == weight_format::nvfp4 || f == weight_format::mxfp4 || f == weight_format::bf16);
     const bool int8_ceiling = act == activation_precision::int8 && probe.int8_ops_per_s > 0 && w4a8_accelerated() &&
                               (f == weight_format::nvfp4 || f == weight_format::mxfp4);
+    // The W4A8 GEMM on AMX-INT8 tiles (kernels/amx_int8.hpp): the int8 tile probe.
+    const bool int8_tiles = int8_ceiling && amx_int8_accelerated() && probe.amx_int8_ops_per_s > 0 &&
+                            n_tok > detail::mm::gemv_max_tokens;
     fig.ratio = fig.value * 1e9 / (bf16_ceiling   ? probe.bf16_gemm_peak(tiles)
-                                   : int8_ceiling ? probe.int8_ops_per_s
+                                   : int8_ceiling ? probe.int8_gemm_peak(int8_tiles)
                                                   : probe.f32_flops_per_s);
   }
   return fig;

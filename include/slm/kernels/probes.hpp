@@ -20,6 +20,10 @@
 //                   FLOP per instruction), four independent accumulators; 0 where
 //                   amx_usable() is false. The ceiling of the bf16-activation GEMM where it
 //                   runs on tiles (kernels/amx.hpp).
+//   AMX int8 peak   tdpbssd likewise (16 x 16 x 64 products, 32768 operations per
+//                   instruction); 0 without AMX-INT8 or amx_usable(). The tile product of
+//                   the W4A8 GEMM on tiles (kernels/amx_int8.hpp), which that kernel's
+//                   per-segment scaling, not the tiles, bounds.
 //
 // Both use the executor given, so they measure the same threads as the benchmark. The
 // FMA probe picks its instruction set at run time (core/cpu.hpp), like the kernels.
@@ -41,6 +45,7 @@
 #include "slm/core/parallel.hpp"
 #include "slm/core/tensor.hpp"
 #include "slm/kernels/amx.hpp"
+#include "slm/kernels/amx_int8.hpp"
 
 namespace slm {
 
@@ -50,10 +55,13 @@ struct probe_result {
   double bf16_flops_per_s = 0;  // 0: no AVX512_BF16
   double int8_ops_per_s = 0;    // AVX512_VNNI, else AVX2 (vpmaddubsw); 0: neither
   double amx_bf16_flops_per_s = 0;  // 0: no AMX-BF16 usable (amx_usable())
+  double amx_int8_ops_per_s = 0;    // 0: no AMX-INT8 usable
 
   // The ceiling of a bf16-activation GEMM: AMX's where its kernels run, else vdpbf16ps's
   // (0 without either).
   double bf16_gemm_peak(bool on_tiles) const noexcept { return on_tiles ? amx_bf16_flops_per_s : bf16_flops_per_s; }
+  // The ceiling of an int8-activation (W4A8) GEMM: likewise AMX-INT8's or vpdpbusd's.
+  double int8_gemm_peak(bool on_tiles) const noexcept { return on_tiles ? amx_int8_ops_per_s : int8_ops_per_s; }
   std::size_t threads = 1;
   std::size_t probe_bytes = 0;
 };
@@ -290,6 +298,38 @@ __attribute__((target("amx-tile,amx-bf16"))) SLM_INLINE float tile_dot_chains_am
   return s;
 }
 #endif  // SLM_DEFINE_KERNELS
+__attribute__((target("amx-tile,amx-int8"))) std::int32_t tile_dot_chains_amx8(std::size_t steps) noexcept;
+#if SLM_DEFINE_KERNELS
+__attribute__((target("amx-tile,amx-int8"))) SLM_INLINE std::int32_t tile_dot_chains_amx8(std::size_t steps) noexcept {
+  const amx::tile_config cfg;  // all eight tiles 16 rows of 64 bytes: A 16 x 64 bytes, B 16 x 16 dwords
+  alignas(64) std::int8_t a[16 * 64], b[16 * 64];
+  alignas(64) std::int32_t c[16 * 16];
+  std::fill(a, a + 16 * 64, std::int8_t{1});
+  std::fill(b, b + 16 * 64, std::int8_t{1});  // 64 a step: int32 holds 2^25 steps
+  _tile_loadconfig(&cfg);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, a, 64);
+  _tile_loadd(5, a, 64);
+  _tile_loadd(6, b, 64);
+  _tile_loadd(7, b, 64);
+  for (std::size_t i = 0; i < steps; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  std::int32_t s = 0;
+  _tile_stored(0, c, 64);
+  s += c[0];
+  _tile_stored(3, c, 64);
+  s += c[255];
+  _tile_release();
+  return s;
+}
+#endif  // SLM_DEFINE_KERNELS
 #endif
 
 float fma_chains_scalar(std::size_t steps) noexcept;
@@ -398,10 +438,28 @@ double probe_tile_bf16(executor_ref ex, std::size_t instructions = 200'000);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE double probe_tile_bf16(executor_ref ex, std::size_t instructions) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  if (!amx_usable()) return 0;
+  if (!host_cpu().amx_bf16 || !amx_usable()) return 0;
   const std::size_t steps = instructions / 4;
   return detail::best_rate(ex, 4.0 * 16384.0 * static_cast<double>(steps),
                            [&] { return detail::tile_dot_chains_amx(steps); });
+#else
+  (void)ex;
+  (void)instructions;
+  return 0;
+#endif
+}
+#endif  // SLM_DEFINE_KERNELS
+
+// Operations/s (32768 per tdpbssd) of four independent int8 tile accumulators on every
+// thread; 0 without AMX-INT8 or where amx_usable() is false.
+double probe_tile_int8(executor_ref ex, std::size_t instructions = 200'000);
+#if SLM_DEFINE_KERNELS
+SLM_INLINE double probe_tile_int8(executor_ref ex, std::size_t instructions) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (!host_cpu().amx_int8 || !amx_usable()) return 0;
+  const std::size_t steps = instructions / 4;
+  return detail::best_rate(ex, 4.0 * 32768.0 * static_cast<double>(steps),
+                           [&] { return detail::tile_dot_chains_amx8(steps); });
 #else
   (void)ex;
   (void)instructions;
@@ -422,6 +480,7 @@ SLM_INLINE probe_result measure_probes(executor_ref ex, std::size_t probe_bytes)
   r.bf16_flops_per_s = probe_dot_bf16(ex);
   r.int8_ops_per_s = probe_dot_int8(ex);
   r.amx_bf16_flops_per_s = probe_tile_bf16(ex);
+  r.amx_int8_ops_per_s = probe_tile_int8(ex);
   return r;
 }
 #endif  // SLM_DEFINE_KERNELS

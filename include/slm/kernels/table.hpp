@@ -9,7 +9,8 @@
 //                                    avx512 with AVX512_BF16: avx512_bf16 (vdpbf16ps);
 //                                    and AMX-BF16: amx_bf16 (its GEMM on tiles)
 //   int8         nvfp4 mxfp4         w4a8 reference; avx2 (and avx512 without VNNI): avx2_int8;
-//                                    avx512 with VNNI: avx512_vnni
+//                                    avx512 with VNNI: avx512_vnni; and AMX-INT8: amx_int8
+//                                    (its GEMM on tiles)
 //   bf16 / int8  the other formats   the f32 row (their products stay exact)
 //
 // kernels/matmul.hpp is the one driver that runs a row. The rows are built by the isa's own
@@ -21,6 +22,7 @@
 #include "slm/core/cpu.hpp"
 #include "slm/formats/weights.hpp"
 #include "slm/kernels/amx.hpp"
+#include "slm/kernels/amx_int8.hpp"
 #include "slm/kernels/avx2.hpp"
 #include "slm/kernels/avx2_int8.hpp"
 #include "slm/kernels/avx512.hpp"
@@ -68,12 +70,18 @@ inline bool bf16_activations_accelerated(isa which = isa::best) noexcept {
 // Whether the bf16-activation GEMM (prefill) runs on AMX-BF16 tiles for `which` on this CPU
 // and process (kernels/amx.hpp); the GEMV stays vdpbf16ps.
 inline bool amx_bf16_accelerated(isa which = isa::best) noexcept {
-  return bf16_activations_accelerated(which) && amx_usable();
+  return bf16_activations_accelerated(which) && host_cpu().amx_bf16 && amx_usable();
 }
 
 // Whether int8 activations (W4A8) run the AVX-512 VNNI kernels for `which` on this CPU.
 inline bool w4a8_vnni(isa which = isa::best) noexcept {
   return detail::mm::avx512_with(which, &cpu_features::avx512vnni);
+}
+
+// Whether the int8-activation (W4A8) GEMM (prefill) runs on AMX-INT8 tiles for `which` on
+// this CPU and process (kernels/amx_int8.hpp); the GEMV stays VNNI.
+inline bool amx_int8_accelerated(isa which = isa::best) noexcept {
+  return w4a8_vnni(which) && host_cpu().amx_int8 && amx_usable();
 }
 
 // Whether int8 activations (W4A8) run SIMD kernels for `which` on this CPU: AVX-512 VNNI,
@@ -117,6 +125,7 @@ SLM_INLINE kernel_row build_row(weight_format f, activation_precision act, isa w
   const bool fp4 = f == weight_format::nvfp4 || f == weight_format::mxfp4;
   if (act == activation_precision::int8 && fp4) {
 #ifdef SLM_X86
+    if (amx_int8_accelerated(which)) return amx8::amx_int8_row(f);
     if (w4a8_vnni(which)) return w4a8::vnni_row(f);
     if (w4a8_accelerated(which)) return w4a8::avx2_int8_row(f);
 #endif
