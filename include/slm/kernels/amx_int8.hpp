@@ -69,14 +69,14 @@ inline constexpr std::size_t tile = 256;  // bytes of one A or B tile
 
 inline std::size_t padded_tokens(std::size_t n_tok) noexcept { return (n_tok + tb - 1) / tb * tb; }
 
-// Palette 1: tiles 0-3 C (16 rows of 16 int32), 4 and 6 A (16 rows of 16 q), 5 and 7 B (4
-// rows of 16 dwords of e').
-struct alignas(64) tile_config {
-  std::uint8_t palette = 1, start_row = 0;
-  std::uint8_t reserved[14] = {};
-  std::uint16_t colsb[16] = {64, 64, 64, 64, 16, 64, 16, 64};
-  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 4, 16, 4};
-};
+// amx.hpp's palette-1 layout with tiles 0-3 as C (16 rows of 16 int32), 4 and 6 as A (16
+// rows of 16 q) and 5 and 7 as B (4 rows of 16 dwords of e').
+inline amx::tile_config tile_layout() noexcept {
+  amx::tile_config c;
+  c.colsb[4] = c.colsb[6] = 16;
+  c.rows[5] = c.rows[7] = 4;
+  return c;
+}
 
 #if defined(SLM_X86) && SLM_DEFINE_KERNELS
 // Prepared activations, P = padded_tokens(n_tok), S = K / 16: q as A tiles, tile (b, s) at
@@ -266,7 +266,7 @@ SLM_AMX8_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std
   auto* panel = reinterpret_cast<std::int8_t*>(scratch);
   auto* fp = reinterpret_cast<float*>(scratch + pr * kc);
   auto* c = reinterpret_cast<std::int32_t*>(scratch + pr * kc + pr * (kc / seg) * 4);
-  const tile_config cfg;
+  const amx::tile_config cfg = tile_layout();
   _tile_loadconfig(&cfg);
   for (std::size_t rb = r0; rb < r1; rb += pr) {
     const std::size_t nr = std::min(pr, r1 - rb);

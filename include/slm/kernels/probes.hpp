@@ -366,6 +366,13 @@ double best_rate(executor_ref ex, double ops, Chain&& chain) {
   for (double v : sink) keep = keep + v;
   return best;
 }
+// A tile probe: `instructions` tile products a thread, four a step of `chain`, each of
+// `ops` operations.
+template <class R>
+double tile_rate(executor_ref ex, std::size_t instructions, double ops, R (*chain)(std::size_t) noexcept) {
+  const std::size_t steps = instructions / 4;
+  return best_rate(ex, 4.0 * ops * static_cast<double>(steps), [&] { return chain(steps); });
+}
 }  // namespace detail
 
 // FLOP/s (2 per FMA lane) of independent f32 FMA chains on every thread, with the
@@ -439,9 +446,7 @@ double probe_tile_bf16(executor_ref ex, std::size_t instructions = 200'000);
 SLM_INLINE double probe_tile_bf16(executor_ref ex, std::size_t instructions) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (!host_cpu().amx_bf16 || !amx_usable()) return 0;
-  const std::size_t steps = instructions / 4;
-  return detail::best_rate(ex, 4.0 * 16384.0 * static_cast<double>(steps),
-                           [&] { return detail::tile_dot_chains_amx(steps); });
+  return detail::tile_rate(ex, instructions, 16384.0, &detail::tile_dot_chains_amx);
 #else
   (void)ex;
   (void)instructions;
@@ -457,9 +462,7 @@ double probe_tile_int8(executor_ref ex, std::size_t instructions = 200'000);
 SLM_INLINE double probe_tile_int8(executor_ref ex, std::size_t instructions) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (!host_cpu().amx_int8 || !amx_usable()) return 0;
-  const std::size_t steps = instructions / 4;
-  return detail::best_rate(ex, 4.0 * 32768.0 * static_cast<double>(steps),
-                           [&] { return detail::tile_dot_chains_amx8(steps); });
+  return detail::tile_rate(ex, instructions, 32768.0, &detail::tile_dot_chains_amx8);
 #else
   (void)ex;
   (void)instructions;
