@@ -440,7 +440,7 @@ SLM_INLINE double probe_dot_int8(executor_ref ex, std::size_t products) {
 #endif  // SLM_DEFINE_KERNELS
 
 // FLOP/s (16384 per tdpbf16ps) of four independent tile accumulators on every thread; 0
-// where amx_usable() is false.
+// without AMX-BF16 or where amx_usable() is false.
 double probe_tile_bf16(executor_ref ex, std::size_t instructions = 200'000);
 #if SLM_DEFINE_KERNELS
 SLM_INLINE double probe_tile_bf16(executor_ref ex, std::size_t instructions) {
