@@ -380,6 +380,40 @@ TEST(Matmul, GemvBitIdenticalForAnyChunkCount) {
   }
 }
 
+// kernels/matmul.hpp: a row of one token is computed exactly as a call with several
+// tokens computes it (a speculative verification over k + 1 positions reproduces k + 1
+// decode steps). One token runs a kernel's per-task entry (the AVX-512 VNNI one reads
+// four streams of rows), several run its row blocks; tails of 1-3 rows, a trailing
+// segment (K = 1040) and uneven chunks (claiming 3 threads) included.
+TEST(Matmul, GemvOneTokenEqualsSeveral) {
+  std::mt19937 rng(12);
+  claims_threads three{3};
+  for (weight_format f : {weight_format::nvfp4, weight_format::mxfp4, weight_format::bf16}) {
+    for (std::size_t N : {5u, 39u, 130u, 520u}) {
+      for (std::size_t K : {256u, 1056u}) {
+        owned_weight o = make_weight(f, N, K, 0, rng);
+        constexpr std::size_t T = 3;
+        std::vector<float> x(T * K);
+        std::normal_distribution<float> nd;
+        for (float& v : x) v = nd(rng);
+        for (auto prec : {slm::activation_precision::f32, slm::activation_precision::bf16,
+                          slm::activation_precision::int8}) {
+          for (isa which : available_isas()) {
+            std::vector<float> all(T * N), one(N);
+            if (!slm::matmul(o.w, x.data(), T, K, all.data(), N, three, which, prec).ok()) continue;  // not offered
+            for (std::size_t t = 0; t < T; ++t) {
+              ASSERT_TRUE(slm::matmul(o.w, x.data() + t * K, 1, K, one.data(), N, three, which, prec).ok());
+              EXPECT_EQ(std::memcmp(one.data(), all.data() + t * N, N * sizeof(float)), 0)
+                  << slm::to_string(f) << " N=" << N << " K=" << K << " precision " << static_cast<int>(prec)
+                  << " isa " << slm::to_string(which) << " token " << t;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // ModelOpt NVFP4 vectors: y = dequantized @ x computed in float64 by the oracle. Our GEMV
 // must be within gamma_{K+10} * sum_k |x_k w_k| of it (the tolerance argument above;
 // the oracle's dequantized weights are ours bit for bit, see test_golden).

@@ -73,6 +73,7 @@ struct kernel_row {
   // Fused GEMV for up to gemv_max_tokens tokens: gemv[R] computes R rows (1..gemv_rows).
   // Null: the GEMM runs at every n_tok.
   gemv_fn gemv[gemv_rows + 1] = {};
+  void (*gemv_span)(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x, const std::byte* xp, float* y) noexcept = nullptr;
   prepare_fn gemv_prepare = nullptr;  // per token, before its rows; null: the kernels read x
   bytes_fn gemv_bytes = nullptr;
   gemm_fn gemm = nullptr;             // every row has one

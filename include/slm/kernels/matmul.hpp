@@ -181,6 +181,7 @@ SLM_INLINE status run(const kernel_row& k, const weight_matrix& w, const float* 
     return parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
       const index_range u = gpart.chunk(c);
       const index_range r{u.begin * row_unit, std::min(N, u.end * row_unit)};
+      if (n_tok == 1 && k.gemv_span) return k.gemv_span(w, r.begin, r.end, x, xp.data(), y + r.begin);
       for (std::size_t n = r.begin; n < r.end; n += gemv_rows) {
         const std::size_t rows = std::min(gemv_rows, r.end - n);
         for (std::size_t t = 0; t < n_tok; ++t)  // [rows, K] x [K] -> [rows] per token
