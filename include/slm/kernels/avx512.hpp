@@ -214,36 +214,45 @@ SLM_MM_AVX512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const flo
 }
 
 // bf16 fused GEMV: even columns are the low halves of each 32-bit lane, odd the high.
+// nblk blocks of R rows: block b holds rows r + b adv + i dr (i < R) and writes y at the
+// same offsets from r. dr = 1, adv = R: neighbouring rows (several tokens per row group);
+// adv = 1, dr = n / R: R sequential streams through n rows (one token, gemv_span_bf16),
+// which the hardware prefetcher follows where rows are short (K = 1024: two rows a page)
+// and neighbouring rows read column by column are not (kernels/avx512_vnni.hpp's gemv_512).
 template <int R>
 SLM_MM_AVX512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const float* x, const float* xp,
-                                 float* y) noexcept {
+                                 float* y, std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
+  const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const std::byte* row[R];
-  __m512 acc[R], acc2[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    row[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    acc[i] = _mm512_setzero_ps();
-    acc2[i] = _mm512_setzero_ps();
-  }
-  for (std::size_t j = 0; j < groups; ++j) {
-    const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
+    __m512 acc[R], acc2[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const __m512i v = _mm512_loadu_si512(row[i] + 64 * j);
-      // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
-      // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
-      _mm_prefetch(reinterpret_cast<const char*>(row[i] + 64 * j + R * w.row_stride), _MM_HINT_T1);
-      acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
-      acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
+      acc[i] = _mm512_setzero_ps();
+      acc2[i] = _mm512_setzero_ps();
     }
-  }
+    for (std::size_t j = 0; j < groups; ++j) {
+      const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
-    for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row[i] + 2 * k));
-    y[i] = w.global == 1.0f ? sum : sum * w.global;
+      for (int i = 0; i < R; ++i) {
+        const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 64 * j;
+        const __m512i v = _mm512_loadu_si512(p);
+        // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
+        // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
+        _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
+        acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
+        acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
+      float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
+      for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row + 2 * k));
+      y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
+    }
   }
 }
 
@@ -426,6 +435,20 @@ SLM_MM_AVX512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const float*
 #if SLM_DEFINE_KERNELS
 template <bool NV> struct fp4_512 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept { gemv_fp4_512<R, NV>(w, r, x, reinterpret_cast<const float*>(xp), y); } }; };
 template <int R> struct bf16_512 { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept { gemv_bf16_512<R>(w, r, x, reinterpret_cast<const float*>(xp), y); } };
+// Rows [r0, r1) of one token: four sequential streams of rows, then the last
+// (r1 - r0) % 4 rows, each computed exactly as bf16_512 computes it.
+SLM_MM_AVX512 inline void gemv_span_bf16(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x,
+                                         const std::byte* xp, float* y) noexcept {
+  const auto* p = reinterpret_cast<const float*>(xp);
+  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
+  if (n4) gemv_bf16_512<4>(w, r0, x, p, y, n4, n4, 1);
+  switch (r1 - r) {
+    case 1: gemv_bf16_512<1>(w, r, x, p, y + 4 * n4); break;
+    case 2: gemv_bf16_512<2>(w, r, x, p, y + 4 * n4); break;
+    case 3: gemv_bf16_512<3>(w, r, x, p, y + 4 * n4); break;
+    default: break;
+  }
+}
 template <bool F16> struct f_512 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_f_512<R, F16>(w, r, x, nullptr, y); } }; };
 
 // x permuted for the GEMV kernels that read it so (fp4, bf16): K floats.
@@ -451,7 +474,10 @@ SLM_INLINE kernel_row avx512_row(weight_format f) noexcept {
   switch (f) {
     case weight_format::nvfp4: set_gemv<fp4_512<true>::k>(k); break;
     case weight_format::mxfp4: set_gemv<fp4_512<false>::k>(k); break;
-    case weight_format::bf16: set_gemv<bf16_512>(k); break;
+    case weight_format::bf16:
+      set_gemv<bf16_512>(k);
+      k.gemv_span = &gemv_span_bf16;
+      break;
     case weight_format::f32: set_gemv<f_512<false>::k>(k); break;
     case weight_format::f16: set_gemv<f_512<true>::k>(k); break;
     case weight_format::fp8_e4m3: break;

@@ -142,89 +142,100 @@ SLM_A16_512 inline __m512i e2m1_bf16_table_512() noexcept {
                           0x4080, 0x4040, 0x4000, 0x3FC0, 0x3F80, 0x3F00, 0x0000);
 }
 
-// nvfp4 / mxfp4 GEMV over R rows starting at row r; xp in the order above.
+// nvfp4 / mxfp4 GEMV over nblk blocks of R rows; xp in the order above. Block b holds rows
+// r + b adv + i dr (i < R) and writes y at the same offsets from r: dr = 1, adv = R for
+// neighbouring rows (several tokens per row group), adv = 1, dr = n / R for R sequential
+// streams through n rows (one token, gemv_span_fp4): as kernels/avx512_vnni.hpp's gemv_512.
 template <int R, bool NV>
-SLM_A16_512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xp, float* y) noexcept {
+SLM_A16_512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xp, float* y,
+                              std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
   const std::size_t K = w.cols, chunks = K / chunk, bs = NV ? 16 : 32;
+  const std::size_t rs = dr * w.row_stride, ss = dr * w.scale_stride;  // row i to row i + 1 of a block
+  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   const __m512i tbl = e2m1_bf16_table_512();
   // f32 lane j of every dot covers columns 8j .. 8j + 7 of the chunk: block j/2 (nvfp4)
   // or j/4 (mxfp4) of the chunk's 8 (4) blocks.
   const __m512i spread = NV ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
                             : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const std::byte* codes[R];
-  const std::byte* sc[R];
-  __m512 acc[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    codes[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    sc[i] = w.scales + (r + static_cast<std::size_t>(i)) * w.scale_stride;
-    acc[i] = _mm512_setzero_ps();
-  }
   const float g = w.global;
-  for (std::size_t c = 0; c < chunks; ++c) {
-    const std::uint16_t* xc = xp + chunk * c;
-    const __m512bh x0 = as_bh(_mm512_loadu_si512(xc)), x1 = as_bh(_mm512_loadu_si512(xc + 32));
-    const __m512bh x2 = as_bh(_mm512_loadu_si512(xc + 64)), x3 = as_bh(_mm512_loadu_si512(xc + 96));
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* codes = w.data + r * w.row_stride;  // row i of the block at codes + i rs
+    const std::byte* sc = w.scales + r * w.scale_stride;
+    __m512 acc[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
+    for (std::size_t c = 0; c < chunks; ++c) {
+      const std::uint16_t* xc = xp + chunk * c;
+      const __m512bh x0 = as_bh(_mm512_loadu_si512(xc)), x1 = as_bh(_mm512_loadu_si512(xc + 32));
+      const __m512bh x2 = as_bh(_mm512_loadu_si512(xc + 64)), x3 = as_bh(_mm512_loadu_si512(xc + 96));
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const std::byte* cp = codes + static_cast<std::size_t>(i) * rs + 64 * c;
+        const std::byte* si = sc + static_cast<std::size_t>(i) * ss;
+        const __m512i v = _mm512_loadu_si512(cp);
+        // The same line of the rows `ahead` on: short rows give the hardware prefetcher
+        // little time to lock on. Prefetches never fault.
+        // Into L2 (T1): a one-iteration-ahead prefetch into L1 measured 0.66-0.72 of the
+        // read probe at K = 4096 against 0.76-0.95 into L2 (L1 misses are the scarcer slots).
+        _mm_prefetch(reinterpret_cast<const char*>(cp + pc), _MM_HINT_T1);
+        if ((c & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(si + (NV ? 8 : 4) * c + ps), _MM_HINT_T1);
+        __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_permutexvar_epi16(v, tbl)), x0);
+        s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), tbl)), x1);
+        s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), tbl)), x2);
+        s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), tbl)), x3);
+        const __m512 f = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(mm::factors4_512<NV>(si, 4 * c, g)));
+        acc[i] = _mm512_fmadd_ps(s, f, acc[i]);
+      }
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const std::byte* cp = codes[i] + 64 * c;
-      const __m512i v = _mm512_loadu_si512(cp);
-      // The same line R rows on (the next call's rows): short rows give the hardware
-      // prefetcher little time to lock on. Prefetches never fault.
-      // Into L2 (T1): a one-iteration-ahead prefetch into L1 measured 0.66-0.72 of the
-      // read probe at K = 4096 against 0.76-0.95 into L2 (L1 misses are the scarcer slots).
-      _mm_prefetch(reinterpret_cast<const char*>(cp + R * w.row_stride), _MM_HINT_T1);
-      if ((c & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 8 : 4) * c + R * w.scale_stride), _MM_HINT_T1);
-      __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_permutexvar_epi16(v, tbl)), x0);
-      s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 4), tbl)), x1);
-      s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 8), tbl)), x2);
-      s = _mm512_dpbf16_ps(s, as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(v, 12), tbl)), x3);
-      const __m512 f = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(mm::factors4_512<NV>(sc[i], 4 * c, g)));
-      acc[i] = _mm512_fmadd_ps(s, f, acc[i]);
+      float sum = mm::hsum_512(acc[i]);
+      const std::size_t row = r + static_cast<std::size_t>(i) * dr;
+      const std::byte* codes_i = codes + static_cast<std::size_t>(i) * rs;
+      for (std::size_t b = chunks * chunk; b < K; b += bs) {  // trailing blocks, in order
+        float d = 0.0f;
+        for (std::size_t k = b; k < b + bs; ++k) d += mm::element(w.format, codes_i, k) * bf16_to_f32(xp[k]);
+        sum = std::fma(d, mm::block_factor(w, row, b), sum);
+      }
+      y[static_cast<std::size_t>(i) * dr] = sum;
     }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = mm::hsum_512(acc[i]);
-    const std::size_t row = r + static_cast<std::size_t>(i);
-    for (std::size_t b = chunks * chunk; b < K; b += bs) {  // trailing blocks, in order
-      float d = 0.0f;
-      for (std::size_t k = b; k < b + bs; ++k) d += mm::element(w.format, codes[i], k) * bf16_to_f32(xp[k]);
-      sum = std::fma(d, mm::block_factor(w, row, b), sum);
-    }
-    y[i] = sum;
   }
 }
 
-// bf16-weight GEMV over R rows; xb natural order. Two accumulators per row cover the
-// vdpbf16ps latency.
+// bf16-weight GEMV over nblk blocks of R rows (rows and y as gemv_fp4_512); xb natural
+// order. Two accumulators per row cover the vdpbf16ps latency.
 template <int R>
-SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xb, float* y) noexcept {
+SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xb, float* y,
+                               std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
   const std::size_t K = w.cols, groups = K / 64;
-  const std::byte* row[R];
-  __m512 acc[R], acc2[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    row[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    acc[i] = _mm512_setzero_ps();
-    acc2[i] = _mm512_setzero_ps();
-  }
-  for (std::size_t j = 0; j < groups; ++j) {
-    const __m512bh x0 = as_bh(_mm512_loadu_si512(xb + 64 * j)), x1 = as_bh(_mm512_loadu_si512(xb + 64 * j + 32));
+  const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
+    __m512 acc[R], acc2[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const std::byte* p = row[i] + 128 * j;
-      _mm_prefetch(reinterpret_cast<const char*>(p + R * w.row_stride), _MM_HINT_T1);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 64 + R * w.row_stride), _MM_HINT_T1);
-      acc[i] = _mm512_dpbf16_ps(acc[i], as_bh(_mm512_loadu_si512(p)), x0);
-      acc2[i] = _mm512_dpbf16_ps(acc2[i], as_bh(_mm512_loadu_si512(p + 64)), x1);
+      acc[i] = _mm512_setzero_ps();
+      acc2[i] = _mm512_setzero_ps();
     }
-  }
+    for (std::size_t j = 0; j < groups; ++j) {
+      const __m512bh x0 = as_bh(_mm512_loadu_si512(xb + 64 * j)), x1 = as_bh(_mm512_loadu_si512(xb + 64 * j + 32));
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = mm::hsum_512(_mm512_add_ps(acc[i], acc2[i]));
-    for (std::size_t k = groups * 64; k < K; ++k) sum += bf16_to_f32(mm::ld_u16(row[i] + 2 * k)) * bf16_to_f32(xb[k]);
-    y[i] = w.global == 1.0f ? sum : sum * w.global;
+      for (int i = 0; i < R; ++i) {
+        const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 128 * j;
+        _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(p + 64 + pc), _MM_HINT_T1);
+        acc[i] = _mm512_dpbf16_ps(acc[i], as_bh(_mm512_loadu_si512(p)), x0);
+        acc2[i] = _mm512_dpbf16_ps(acc2[i], as_bh(_mm512_loadu_si512(p + 64)), x1);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
+      float sum = mm::hsum_512(_mm512_add_ps(acc[i], acc2[i]));
+      for (std::size_t k = groups * 64; k < K; ++k) sum += bf16_to_f32(mm::ld_u16(row + 2 * k)) * bf16_to_f32(xb[k]);
+      y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
+    }
   }
 }
 #endif  // SLM_DEFINE_KERNELS
@@ -392,7 +403,34 @@ SLM_A16_512 SLM_INLINE void prepare_gemm(const weight_matrix& w, const float* x,
 }
 inline std::size_t gemm_bytes(std::size_t K, std::size_t n_tok) noexcept { return n_tok * ldxb(K) * 2; }
 template <bool NV> struct fp4 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept { gemv_fp4_512<R, NV>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y); } }; };
+// Rows [r0, r1) of one token: four sequential streams of rows, then the last
+// (r1 - r0) % 4 rows, each computed exactly as fp4<NV>::k computes it.
+template <bool NV>
+SLM_A16_512 void gemv_span_fp4(const weight_matrix& w, std::size_t r0, std::size_t r1, const float*, const std::byte* xp,
+                               float* y) noexcept {
+  const auto* x = reinterpret_cast<const std::uint16_t*>(xp);
+  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
+  if (n4) gemv_fp4_512<4, NV>(w, r0, x, y, n4, n4, 1);
+  switch (r1 - r) {
+    case 1: gemv_fp4_512<1, NV>(w, r, x, y + 4 * n4); break;
+    case 2: gemv_fp4_512<2, NV>(w, r, x, y + 4 * n4); break;
+    case 3: gemv_fp4_512<3, NV>(w, r, x, y + 4 * n4); break;
+    default: break;
+  }
+}
 template <int R> struct bf16 { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept { gemv_bf16_512<R>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y); } };
+SLM_A16_512 inline void gemv_span_bf16(const weight_matrix& w, std::size_t r0, std::size_t r1, const float*,
+                                       const std::byte* xp, float* y) noexcept {  // as gemv_span_fp4
+  const auto* x = reinterpret_cast<const std::uint16_t*>(xp);
+  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
+  if (n4) gemv_bf16_512<4>(w, r0, x, y, n4, n4, 1);
+  switch (r1 - r) {
+    case 1: gemv_bf16_512<1>(w, r, x, y + 4 * n4); break;
+    case 2: gemv_bf16_512<2>(w, r, x, y + 4 * n4); break;
+    case 3: gemv_bf16_512<3>(w, r, x, y + 4 * n4); break;
+    default: break;
+  }
+}
 SLM_A16_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std::size_t n_tok, float* y,
                                  std::size_t ldy, std::size_t r0, std::size_t r1, std::byte* scratch) noexcept {
   gemm_rows_512(w, reinterpret_cast<const std::uint16_t*>(a.p), ldxb(w.cols), n_tok, y, ldy, r0, r1,
@@ -403,9 +441,16 @@ SLM_A16_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std:
 SLM_INLINE mm::kernel_row avx512_bf16_row(weight_format f) noexcept {
   mm::kernel_row k;
   k.name = "avx512_bf16";
-  if (f == weight_format::nvfp4) mm::set_gemv<fp4<true>::k>(k);
-  else if (f == weight_format::mxfp4) mm::set_gemv<fp4<false>::k>(k);
-  else mm::set_gemv<bf16>(k);
+  if (f == weight_format::nvfp4) {
+    mm::set_gemv<fp4<true>::k>(k);
+    k.gemv_span = &gemv_span_fp4<true>;
+  } else if (f == weight_format::mxfp4) {
+    mm::set_gemv<fp4<false>::k>(k);
+    k.gemv_span = &gemv_span_fp4<false>;
+  } else {
+    mm::set_gemv<bf16>(k);
+    k.gemv_span = &gemv_span_bf16;
+  }
   k.gemv_prepare = &prepare_gemv;
   k.gemv_bytes = &gemv_bytes;
   k.gemm = &gemm;
