@@ -119,176 +119,184 @@ SLM_MM_AVX512 inline __m256 factors4_512(const std::byte* sc, std::size_t j, flo
   }
 }
 
-// nvfp4 / mxfp4 fused GEMV over R rows starting at row r. xp: permuted x (whole groups).
+// nvfp4 / mxfp4 fused GEMV over nblk blocks of R rows: block b holds rows r + b adv + i dr
+// (i < R) and writes y at the same offsets from r (dr = 1, adv = R: neighbouring rows;
+// adv = 1: R streams, kernels/kernel_row.hpp's gemv_streams). xp: permuted x (whole groups).
 // Per group of 32 columns and row: one widening load, one shift, two vpermps (E2M1 table
 // lookups, even and odd columns), mul + fma against x, one fma with the block factors.
 template <int R, bool NV>
 SLM_MM_AVX512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const float* x, const float* xp,
-                                float* y) noexcept {
+                                float* y, std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
+  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   const __m512 tbl = _mm512_loadu_ps(e2m1_table.data());
-  const std::byte* codes[R];
-  const std::byte* sc[R];
-  __m512 acc[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    codes[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    sc[i] = w.scales + (r + static_cast<std::size_t>(i)) * w.scale_stride;
-    acc[i] = _mm512_setzero_ps();
-  }
   const float g = w.global;
-  // 128-column chunks: 64 code bytes = 16 words of 8 nibbles; nibble position q of every
-  // word is one vector (lane i = column 8i + q), looked up straight from the word (vpermps
-  // reads the low 4 bits of each lane), no widening. Lanes 2b, 2b+1 (nvfp4) or 4b..4b+3
-  // (mxfp4) belong to block b in every such vector, so one factor vector serves all 8.
-  const __m512i spread = NV ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
-                            : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  // Nibble positions 2o (o = 0..3) of every word come from a load at byte offset o (the
-  // low nibble of byte 4i + o is in the low bits of lane i), positions 2o + 1 from that
-  // load shifted right by 4: four loads and four shifts instead of one load and seven
-  // shifts (loads use the load ports, shifts compete with vpermps). The offset loads read
-  // up to 3 bytes past the chunk (ignored lanes' bytes); when the chunk ends the row's
-  // codes, masked loads (fault-suppressing; slower, once per row) stop at its end.
-  constexpr __mmask64 m61 = (__mmask64{1} << 61) - 1;
-  std::size_t j = 0;
-  for (; j + 4 <= groups; j += 4) {
-    const float* xc = xp + 32 * j;
-    const bool edge = j + 4 == groups && 32 * groups == K;
-    __m512 xq[8];
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* codes[R];
+    const std::byte* sc[R];
+    __m512 acc[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      codes[i] = w.data + (r + static_cast<std::size_t>(i) * dr) * w.row_stride;
+      sc[i] = w.scales + (r + static_cast<std::size_t>(i) * dr) * w.scale_stride;
+      acc[i] = _mm512_setzero_ps();
+    }
+    // 128-column chunks: 64 code bytes = 16 words of 8 nibbles; nibble position q of every
+    // word is one vector (lane i = column 8i + q), looked up straight from the word (vpermps
+    // reads the low 4 bits of each lane), no widening. Lanes 2b, 2b+1 (nvfp4) or 4b..4b+3
+    // (mxfp4) belong to block b in every such vector, so one factor vector serves all 8.
+    const __m512i spread = NV ? _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7)
+                              : _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    // Nibble positions 2o (o = 0..3) of every word come from a load at byte offset o (the
+    // low nibble of byte 4i + o is in the low bits of lane i), positions 2o + 1 from that
+    // load shifted right by 4: four loads and four shifts instead of one load and seven
+    // shifts (loads use the load ports, shifts compete with vpermps). The offset loads read
+    // up to 3 bytes past the chunk (ignored lanes' bytes); when the chunk ends the row's
+    // codes, masked loads (fault-suppressing; slower, once per row) stop at its end.
+    constexpr __mmask64 m61 = (__mmask64{1} << 61) - 1;
+    std::size_t j = 0;
+    for (; j + 4 <= groups; j += 4) {
+      const float* xc = xp + 32 * j;
+      const bool edge = j + 4 == groups && 32 * groups == K;
+      __m512 xq[8];
 #pragma GCC unroll 8
-    for (int q = 0; q < 8; ++q) xq[q] = _mm512_loadu_ps(xc + 16 * q);
+      for (int q = 0; q < 8; ++q) xq[q] = _mm512_loadu_ps(xc + 16 * q);
 #pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const std::byte* cp = codes[i] + 16 * j;
-      const __m512i v0 = _mm512_loadu_si512(cp);
-      __m512i v1, v2, v3;
-      if (!edge) {
-        v1 = _mm512_loadu_si512(cp + 1);
-        v2 = _mm512_loadu_si512(cp + 2);
-        v3 = _mm512_loadu_si512(cp + 3);
-      } else {  // the row's last bytes: bytes past them may not be mapped
-        v1 = _mm512_maskz_loadu_epi8(m61, cp + 1);
-        v2 = _mm512_maskz_loadu_epi8(m61, cp + 2);
-        v3 = _mm512_maskz_loadu_epi8(m61, cp + 3);
+      for (int i = 0; i < R; ++i) {
+        const std::byte* cp = codes[i] + 16 * j;
+        const __m512i v0 = _mm512_loadu_si512(cp);
+        __m512i v1, v2, v3;
+        if (!edge) {
+          v1 = _mm512_loadu_si512(cp + 1);
+          v2 = _mm512_loadu_si512(cp + 2);
+          v3 = _mm512_loadu_si512(cp + 3);
+        } else {  // the row's last bytes: bytes past them may not be mapped
+          v1 = _mm512_maskz_loadu_epi8(m61, cp + 1);
+          v2 = _mm512_maskz_loadu_epi8(m61, cp + 2);
+          v3 = _mm512_maskz_loadu_epi8(m61, cp + 3);
+        }
+        // The same line of the row `ahead` rows on: short rows give the hardware prefetcher
+        // little time to lock on. Prefetches never fault.
+        _mm_prefetch(reinterpret_cast<const char*>(cp + pc), _MM_HINT_T1);  // into L2, as bf16 below
+        if ((j & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 2 : 1) * j + ps), _MM_HINT_T1);
+        __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(v0, tbl), xq[0]);
+        __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), tbl), xq[1]);
+        s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v1, tbl), xq[2], s0);
+        s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), tbl), xq[3], s1);
+        s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v2, tbl), xq[4], s0);
+        s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v2, 4), tbl), xq[5], s1);
+        s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v3, tbl), xq[6], s0);
+        s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v3, 4), tbl), xq[7], s1);
+        const __m512 f = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(factors4_512<NV>(sc[i], j, g)));
+        acc[i] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), f, acc[i]);
       }
-      // The same line of the row R rows on (the next iteration's): short rows give the
-      // hardware prefetcher little time to lock on. Prefetches never fault.
-      _mm_prefetch(reinterpret_cast<const char*>(cp + R * w.row_stride), _MM_HINT_T1);  // into L2, as bf16 below
-      if ((j & 15) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 2 : 1) * j + R * w.scale_stride), _MM_HINT_T1);
-      __m512 s0 = _mm512_mul_ps(_mm512_permutexvar_ps(v0, tbl), xq[0]);
-      __m512 s1 = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v0, 4), tbl), xq[1]);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v1, tbl), xq[2], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v1, 4), tbl), xq[3], s1);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v2, tbl), xq[4], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v2, 4), tbl), xq[5], s1);
-      s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(v3, tbl), xq[6], s0);
-      s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v3, 4), tbl), xq[7], s1);
-      const __m512 f = _mm512_permutexvar_ps(spread, _mm512_castps256_ps512(factors4_512<NV>(sc[i], j, g)));
-      acc[i] = _mm512_fmadd_ps(_mm512_add_ps(s0, s1), f, acc[i]);
     }
-  }
-  for (; j < groups; ++j) {
-    const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+    for (; j < groups; ++j) {
+      const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[i] + 16 * j)));
+        const __m512 e = _mm512_permutexvar_ps(b, tbl);
+        const __m512 o = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tbl);
+        __m512 p = _mm512_mul_ps(e, xe);
+        p = _mm512_fmadd_ps(o, xo, p);
+        const std::size_t row = r + static_cast<std::size_t>(i) * dr;
+        const __m512 s = NV ? halves_512(block_factor(w, row, 32 * j), block_factor(w, row, 32 * j + 16))
+                            : _mm512_set1_ps(block_factor(w, row, 32 * j));
+        acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
+      }
+    }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes[i] + 16 * j)));
-      const __m512 e = _mm512_permutexvar_ps(b, tbl);
-      const __m512 o = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tbl);
-      __m512 p = _mm512_mul_ps(e, xe);
-      p = _mm512_fmadd_ps(o, xo, p);
-      const std::size_t row = r + static_cast<std::size_t>(i);
-      const __m512 s = NV ? halves_512(block_factor(w, row, 32 * j), block_factor(w, row, 32 * j + 16))
-                          : _mm512_set1_ps(block_factor(w, row, 32 * j));
-      acc[i] = _mm512_fmadd_ps(p, s, acc[i]);
+      float sum = hsum_512(acc[i]);
+      if (groups * 32 < K) {  // one trailing 16-element nvfp4 block
+        const std::size_t k = groups * 32;
+        sum += fp4_dot_scalar(codes[i] + k / 2, x + k, 16) * block_factor(w, r + static_cast<std::size_t>(i) * dr, k);
+      }
+      y[static_cast<std::size_t>(i) * dr] = sum;
     }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = hsum_512(acc[i]);
-    if (groups * 32 < K) {  // one trailing 16-element nvfp4 block
-      const std::size_t k = groups * 32;
-      sum += fp4_dot_scalar(codes[i] + k / 2, x + k, 16) * block_factor(w, r + static_cast<std::size_t>(i), k);
-    }
-    y[i] = sum;
   }
 }
 
 // bf16 fused GEMV: even columns are the low halves of each 32-bit lane, odd the high.
 // nblk blocks of R rows: block b holds rows r + b adv + i dr (i < R) and writes y at the
 // same offsets from r. dr = 1, adv = R: neighbouring rows (several tokens per row group);
-// adv = 1, dr = n / R: R sequential streams through n rows (one token, gemv_span_bf16),
-// which the hardware prefetcher follows where rows are short (K = 1024: two rows a page)
-// and neighbouring rows read column by column are not (kernels/avx512_vnni.hpp's gemv_512).
+// adv = 1 for R streams (kernels/kernel_row.hpp's gemv_streams).
 template <int R>
 SLM_MM_AVX512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const float* x, const float* xp,
-                                 float* y, std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
+                                 float* y, std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
   const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
-    const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
+      const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
+      __m512 acc[R], acc2[R];
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        acc[i] = _mm512_setzero_ps();
+        acc2[i] = _mm512_setzero_ps();
+      }
+      for (std::size_t j = 0; j < groups; ++j) {
+        const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+#pragma GCC unroll 4
+        for (int i = 0; i < R; ++i) {
+          const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 64 * j;
+          const __m512i v = _mm512_loadu_si512(p);
+          // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
+          // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
+          _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
+          acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
+          acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
+        }
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
+        float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
+        for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row + 2 * k));
+        y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
+      }
+  }
+}
+
+// f32 / f16 fused GEMV, natural order, 32 columns per step; blocks of rows as gemv_fp4_512.
+template <int R, bool F16>
+SLM_MM_AVX512 void gemv_f_512(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y,
+                              std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+  const std::size_t K = w.cols, groups = K / 32;
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* row[R];
     __m512 acc[R], acc2[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
+      row[i] = w.data + (r + static_cast<std::size_t>(i) * dr) * w.row_stride;
       acc[i] = _mm512_setzero_ps();
       acc2[i] = _mm512_setzero_ps();
     }
     for (std::size_t j = 0; j < groups; ++j) {
-      const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+      const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 64 * j;
-        const __m512i v = _mm512_loadu_si512(p);
-        // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
-        // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
-        _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
-        acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
-        acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
+        __m512 w0, w1;
+        if constexpr (F16) {
+          const auto* h = reinterpret_cast<const __m256i*>(row[i] + 64 * j);
+          w0 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(h));
+          w1 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(h + 1));
+        } else {
+          w0 = _mm512_loadu_ps(row[i] + 128 * j);
+          w1 = _mm512_loadu_ps(row[i] + 128 * j + 64);
+        }
+        acc[i] = _mm512_fmadd_ps(w0, x0, acc[i]);
+        acc2[i] = _mm512_fmadd_ps(w1, x1, acc2[i]);
       }
     }
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
       float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
-      for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row + 2 * k));
+      for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * element(w.format, row[i], k);
       y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
     }
-  }
-}
-
-// f32 / f16 fused GEMV, natural order, 32 columns per step.
-template <int R, bool F16>
-SLM_MM_AVX512 void gemv_f_512(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y) noexcept {
-  const std::size_t K = w.cols, groups = K / 32;
-  const std::byte* row[R];
-  __m512 acc[R], acc2[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    row[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    acc[i] = _mm512_setzero_ps();
-    acc2[i] = _mm512_setzero_ps();
-  }
-  for (std::size_t j = 0; j < groups; ++j) {
-    const __m512 x0 = _mm512_loadu_ps(x + 32 * j), x1 = _mm512_loadu_ps(x + 32 * j + 16);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      __m512 w0, w1;
-      if constexpr (F16) {
-        w0 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + 64 * j)));
-        w1 = _mm512_maskz_cvtph_ps(0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row[i] + 64 * j + 32)));
-      } else {
-        w0 = _mm512_loadu_ps(row[i] + 128 * j);
-        w1 = _mm512_loadu_ps(row[i] + 128 * j + 64);
-      }
-      acc[i] = _mm512_fmadd_ps(w0, x0, acc[i]);
-      acc2[i] = _mm512_fmadd_ps(w1, x1, acc2[i]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
-    for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * element(w.format, row[i], k);
-    y[i] = w.global == 1.0f ? sum : sum * w.global;
   }
 }
 #endif  // SLM_DEFINE_KERNELS
@@ -433,23 +441,34 @@ SLM_MM_AVX512 SLM_INLINE void gemm_rows_512(const weight_matrix& w, const float*
 #endif
 
 #if SLM_DEFINE_KERNELS
-template <bool NV> struct fp4_512 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept { gemv_fp4_512<R, NV>(w, r, x, reinterpret_cast<const float*>(xp), y); } }; };
-template <int R> struct bf16_512 { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept { gemv_bf16_512<R>(w, r, x, reinterpret_cast<const float*>(xp), y); } };
-// Rows [r0, r1) of one token: four sequential streams of rows, then the last
-// (r1 - r0) % 4 rows, each computed exactly as bf16_512 computes it.
-SLM_MM_AVX512 inline void gemv_span_bf16(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x,
-                                         const std::byte* xp, float* y) noexcept {
-  const auto* p = reinterpret_cast<const float*>(xp);
-  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
-  if (n4) gemv_bf16_512<4>(w, r0, x, p, y, n4, n4, 1);
-  switch (r1 - r) {
-    case 1: gemv_bf16_512<1>(w, r, x, p, y + 4 * n4); break;
-    case 2: gemv_bf16_512<2>(w, r, x, p, y + 4 * n4); break;
-    case 3: gemv_bf16_512<3>(w, r, x, p, y + 4 * n4); break;
-    default: break;
+template <bool NV> struct fp4_512 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_fp4_512<R, NV>(w, r, x, reinterpret_cast<const float*>(xp), y, nblk, dr, adv);
   }
-}
-template <bool F16> struct f_512 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_f_512<R, F16>(w, r, x, nullptr, y); } }; };
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
+template <int R> struct bf16_512 {
+  static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_bf16_512<R>(w, r, x, reinterpret_cast<const float*>(xp), y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+};
+
+template <bool F16> struct f_512 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_f_512<R, F16>(w, r, x, nullptr, y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
 
 // x permuted for the GEMV kernels that read it so (fp4, bf16): K floats.
 SLM_MM_AVX512 SLM_INLINE void prepare_512(const weight_matrix& w, const float* x, std::size_t, std::size_t,
@@ -472,14 +491,11 @@ SLM_INLINE kernel_row avx512_row(weight_format f) noexcept {
   k.gemm = &gemm_512;
   k.gemm_scratch = panel_scratch;
   switch (f) {
-    case weight_format::nvfp4: set_gemv<fp4_512<true>::k>(k); break;
-    case weight_format::mxfp4: set_gemv<fp4_512<false>::k>(k); break;
-    case weight_format::bf16:
-      set_gemv<bf16_512>(k);
-      k.gemv_span = &gemv_span_bf16;
-      break;
-    case weight_format::f32: set_gemv<f_512<false>::k>(k); break;
-    case weight_format::f16: set_gemv<f_512<true>::k>(k); break;
+    case weight_format::nvfp4: set_gemv_streams<fp4_512<true>::k>(k); break;
+    case weight_format::mxfp4: set_gemv_streams<fp4_512<false>::k>(k); break;
+    case weight_format::bf16: set_gemv_streams<bf16_512>(k); break;
+    case weight_format::f32: set_gemv_streams<f_512<false>::k>(k); break;
+    case weight_format::f16: set_gemv_streams<f_512<true>::k>(k); break;
     case weight_format::fp8_e4m3: break;
   }
   if (f == weight_format::nvfp4 || f == weight_format::mxfp4 || f == weight_format::bf16) {

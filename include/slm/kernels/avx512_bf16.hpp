@@ -144,11 +144,11 @@ SLM_A16_512 inline __m512i e2m1_bf16_table_512() noexcept {
 
 // nvfp4 / mxfp4 GEMV over nblk blocks of R rows; xp in the order above. Block b holds rows
 // r + b adv + i dr (i < R) and writes y at the same offsets from r: dr = 1, adv = R for
-// neighbouring rows (several tokens per row group), adv = 1, dr = n / R for R sequential
-// streams through n rows (one token, gemv_span_fp4): as kernels/avx512_vnni.hpp's gemv_512.
+// neighbouring rows (several tokens per row group), adv = 1 for R streams
+// (kernels/kernel_row.hpp's gemv_streams).
 template <int R, bool NV>
 SLM_A16_512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xp, float* y,
-                              std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
+                              std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, chunks = K / chunk, bs = NV ? 16 : 32;
   const std::size_t rs = dr * w.row_stride, ss = dr * w.scale_stride;  // row i to row i + 1 of a block
   const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
@@ -207,7 +207,7 @@ SLM_A16_512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const std::
 // order. Two accumulators per row cover the vdpbf16ps latency.
 template <int R>
 SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xb, float* y,
-                               std::size_t nblk = 1, std::size_t dr = 1, std::size_t adv = R) noexcept {
+                               std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 64;
   const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
@@ -402,35 +402,25 @@ SLM_A16_512 SLM_INLINE void prepare_gemm(const weight_matrix& w, const float* x,
   if (ld > K) xb[K] = 0;
 }
 inline std::size_t gemm_bytes(std::size_t K, std::size_t n_tok) noexcept { return n_tok * ldxb(K) * 2; }
-template <bool NV> struct fp4 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept { gemv_fp4_512<R, NV>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y); } }; };
-// Rows [r0, r1) of one token: four sequential streams of rows, then the last
-// (r1 - r0) % 4 rows, each computed exactly as fp4<NV>::k computes it.
-template <bool NV>
-SLM_A16_512 void gemv_span_fp4(const weight_matrix& w, std::size_t r0, std::size_t r1, const float*, const std::byte* xp,
-                               float* y) noexcept {
-  const auto* x = reinterpret_cast<const std::uint16_t*>(xp);
-  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
-  if (n4) gemv_fp4_512<4, NV>(w, r0, x, y, n4, n4, 1);
-  switch (r1 - r) {
-    case 1: gemv_fp4_512<1, NV>(w, r, x, y + 4 * n4); break;
-    case 2: gemv_fp4_512<2, NV>(w, r, x, y + 4 * n4); break;
-    case 3: gemv_fp4_512<3, NV>(w, r, x, y + 4 * n4); break;
-    default: break;
+template <bool NV> struct fp4 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_fp4_512<R, NV>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y, nblk, dr, adv);
   }
-}
-template <int R> struct bf16 { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept { gemv_bf16_512<R>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y); } };
-SLM_A16_512 inline void gemv_span_bf16(const weight_matrix& w, std::size_t r0, std::size_t r1, const float*,
-                                       const std::byte* xp, float* y) noexcept {  // as gemv_span_fp4
-  const auto* x = reinterpret_cast<const std::uint16_t*>(xp);
-  const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
-  if (n4) gemv_bf16_512<4>(w, r0, x, y, n4, n4, 1);
-  switch (r1 - r) {
-    case 1: gemv_bf16_512<1>(w, r, x, y + 4 * n4); break;
-    case 2: gemv_bf16_512<2>(w, r, x, y + 4 * n4); break;
-    case 3: gemv_bf16_512<3>(w, r, x, y + 4 * n4); break;
-    default: break;
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
   }
-}
+}; };
+template <int R> struct bf16 {
+  static void blocks(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_bf16_512<R>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+};
+
 SLM_A16_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std::size_t n_tok, float* y,
                                  std::size_t ldy, std::size_t r0, std::size_t r1, std::byte* scratch) noexcept {
   gemm_rows_512(w, reinterpret_cast<const std::uint16_t*>(a.p), ldxb(w.cols), n_tok, y, ldy, r0, r1,
@@ -441,16 +431,9 @@ SLM_A16_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std:
 SLM_INLINE mm::kernel_row avx512_bf16_row(weight_format f) noexcept {
   mm::kernel_row k;
   k.name = "avx512_bf16";
-  if (f == weight_format::nvfp4) {
-    mm::set_gemv<fp4<true>::k>(k);
-    k.gemv_span = &gemv_span_fp4<true>;
-  } else if (f == weight_format::mxfp4) {
-    mm::set_gemv<fp4<false>::k>(k);
-    k.gemv_span = &gemv_span_fp4<false>;
-  } else {
-    mm::set_gemv<bf16>(k);
-    k.gemv_span = &gemv_span_bf16;
-  }
+  if (f == weight_format::nvfp4) mm::set_gemv_streams<fp4<true>::k>(k);
+  else if (f == weight_format::mxfp4) mm::set_gemv_streams<fp4<false>::k>(k);
+  else mm::set_gemv_streams<bf16>(k);
   k.gemv_prepare = &prepare_gemv;
   k.gemv_bytes = &gemv_bytes;
   k.gemm = &gemm;

@@ -207,21 +207,16 @@ SLM_W4A8_512 inline __m512i utable_512() noexcept {
 }
 
 // GEMV over nblk blocks of R rows. Block b holds rows r + b adv + i dr (i < R) and writes
-// y at the same offsets from r. qp: permuted q (see permute_gemv); h, nc per segment.
-//   dr = 1, adv = R: R neighbouring rows per block (a few rows, or several tokens per row
-//     group, kernels/matmul.hpp);
-//   adv = 1, dr = n / R: R sequential streams through n rows (gemv_span). Neighbouring
-//     rows of a short matrix (K = 1024: four rows are 2 KiB of one page) are read
-//     column group by column group, a pattern the hardware prefetcher does not follow;
-//     four streams it does. Measured on a 2-core Xeon (AMX machine), qwen3-0.6b's
-//     matrices in decode order: 19 -> 26 GB/s.
-// Rows are addressed as one base pointer plus multiples of a stride (per-row pointers
-// g++ keeps on the stack). The software prefetches reach the rows of the block after
-// next (streams) or of the next block (neighbours) at the same columns.
+// y at the same offsets from r: dr = 1, adv = R for neighbouring rows (a few rows, or
+// several tokens per row group); adv = 1 for R streams (kernels/kernel_row.hpp's
+// gemv_streams). qp: permuted q (see permute_gemv); h, nc per segment. Rows are addressed
+// as one base pointer plus multiples of a stride (per-row pointers g++ keeps on the
+// stack). The software prefetches reach the rows of the block after next (streams) or of
+// the next block (neighbours) at the same columns.
 template <int R, bool NV>
 SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int8_t* qp, const float* h,
-                           const std::int32_t* nc, float* y, std::size_t nblk = 1, std::size_t dr = 1,
-                           std::size_t adv = R) noexcept {
+                           const std::int32_t* nc, float* y, std::size_t nblk, std::size_t dr,
+                           std::size_t adv) noexcept {
   const std::size_t K = w.cols, S = K / seg, G = K / group;
   const std::size_t rs = dr * w.row_stride, ss = dr * w.scale_stride;  // row i to row i + 1 of a block
   const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
@@ -414,31 +409,19 @@ SLM_W4A8_512 SLM_INLINE void prepare_gemv(const weight_matrix& w, const float* x
   quantize_512(x, K, act_block(w.format), g);
   permute_gemv(g.q, K, reinterpret_cast<std::int8_t*>(out + q_bytes(K, 1)));
 }
-template <bool NV> struct gemv_k { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept {
-  const std::size_t K = w.cols;
-  gemv_512<R, NV>(w, r, reinterpret_cast<const std::int8_t*>(xp + q_bytes(K, 1)),
-                  reinterpret_cast<const float*>(xp + 2 * q_bytes(K, 1)),
-                  reinterpret_cast<const std::int32_t*>(xp + 2 * q_bytes(K, 1) + hs_bytes(K, 1)), y);
-} }; };
-// Rows [r0, r1) of one token (a task of the driver's one-token GEMV): four sequential
-// streams of rows (see gemv_512), then the last (r1 - r0) % 4 rows. Each row is computed
-// exactly as gemv_k computes it, so one token and several give the same bits.
-template <bool NV>
-SLM_W4A8_512 void gemv_span(const weight_matrix& w, std::size_t r0, std::size_t r1, const float*, const std::byte* xp,
-                            float* y) noexcept {
-  const std::size_t K = w.cols, n4 = (r1 - r0) / 4;
-  const auto* q = reinterpret_cast<const std::int8_t*>(xp + q_bytes(K, 1));
-  const auto* h = reinterpret_cast<const float*>(xp + 2 * q_bytes(K, 1));
-  const auto* nc = reinterpret_cast<const std::int32_t*>(xp + 2 * q_bytes(K, 1) + hs_bytes(K, 1));
-  if (n4) gemv_512<4, NV>(w, r0, q, h, nc, y, n4, n4, 1);
-  const std::size_t r = r0 + 4 * n4;
-  switch (r1 - r) {
-    case 1: gemv_512<1, NV>(w, r, q, h, nc, y + 4 * n4); break;
-    case 2: gemv_512<2, NV>(w, r, q, h, nc, y + 4 * n4); break;
-    case 3: gemv_512<3, NV>(w, r, q, h, nc, y + 4 * n4); break;
-    default: break;
+// The kernels on one token's prepared copy: q permuted, then h and nc.
+template <bool NV> struct gemv_k { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    const std::size_t K = w.cols;
+    gemv_512<R, NV>(w, r, reinterpret_cast<const std::int8_t*>(xp + q_bytes(K, 1)),
+                    reinterpret_cast<const float*>(xp + 2 * q_bytes(K, 1)),
+                    reinterpret_cast<const std::int32_t*>(xp + 2 * q_bytes(K, 1) + hs_bytes(K, 1)), y, nblk, dr, adv);
   }
-}
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
 SLM_W4A8_512 SLM_INLINE void prepare_gemm(const weight_matrix& w, const float* x, std::size_t t, std::size_t n_tok,
                                           std::byte* out) noexcept {
   quantize_512(x, w.cols, act_block(w.format), token_row(out, w.cols, t, n_tok));
@@ -453,9 +436,8 @@ SLM_W4A8_512 SLM_INLINE void gemm(const weight_matrix& w, const mm::acts& a, std
 SLM_INLINE mm::kernel_row vnni_row(weight_format f) noexcept {
   mm::kernel_row k;
   k.name = "avx512_vnni";
-  if (f == weight_format::nvfp4) mm::set_gemv<gemv_k<true>::k>(k);
-  else mm::set_gemv<gemv_k<false>::k>(k);
-  k.gemv_span = f == weight_format::nvfp4 ? &gemv_span<true> : &gemv_span<false>;
+  if (f == weight_format::nvfp4) mm::set_gemv_streams<gemv_k<true>::k>(k);
+  else mm::set_gemv_streams<gemv_k<false>::k>(k);
   k.gemv_prepare = &prepare_gemv;
   k.gemv_bytes = &gemv_bytes;
   k.gemm = &gemm;
