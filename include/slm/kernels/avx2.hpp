@@ -52,90 +52,100 @@ SLM_MM_AVX2 inline __m256 i8hi_ps(__m128i v) noexcept {
   return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(v, v)));
 }
 
+// nvfp4 / mxfp4 fused GEMV over nblk blocks of R rows: block b holds rows r + b adv + i dr
+// (i < R) and writes y at the same offsets from r (dr = 1, adv = R: neighbouring rows;
+// adv = 1: R streams, kernels/kernel_row.hpp's gemv_streams).
 template <int R, bool NV>
-SLM_MM_AVX2 void gemv_fp4_256(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y) noexcept {
+SLM_MM_AVX2 void gemv_fp4_256(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y,
+                              std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
   const float* e4m3 = e4m3_table.data();
-  const std::byte* codes[R];
-  const std::byte* sc[R];
-  __m256 acc[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    codes[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    sc[i] = w.scales + (r + static_cast<std::size_t>(i)) * w.scale_stride;
-    acc[i] = _mm256_setzero_ps();
-  }
-  const float gh = w.global * 0.5f;  // the table is doubled
-  for (std::size_t j = 0; j < groups; ++j) {
-    const float* xj = x + 32 * j;
-    const __m256 x0 = _mm256_loadu_ps(xj), x1 = _mm256_loadu_ps(xj + 8), x2 = _mm256_loadu_ps(xj + 16),
-                 x3 = _mm256_loadu_ps(xj + 24);
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* codes[R];
+    const std::byte* sc[R];
+    __m256 acc[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      __m128i lo, hi;
-      fp4_doubled_256(codes[i] + 16 * j, lo, hi);
-      __m256 p0 = _mm256_mul_ps(i8lo_ps(lo), x0);
-      p0 = _mm256_fmadd_ps(i8hi_ps(lo), x1, p0);
-      __m256 p1 = _mm256_mul_ps(i8lo_ps(hi), x2);
-      p1 = _mm256_fmadd_ps(i8hi_ps(hi), x3, p1);
-      if constexpr (NV) {
-        acc[i] = _mm256_fmadd_ps(p0, _mm256_set1_ps(e4m3[ld_u8(sc[i] + 2 * j)] * gh), acc[i]);
-        acc[i] = _mm256_fmadd_ps(p1, _mm256_set1_ps(e4m3[ld_u8(sc[i] + 2 * j + 1)] * gh), acc[i]);
-      } else {
-        acc[i] = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(e8m0_to_f32(ld_u8(sc[i] + j)) * gh), acc[i]);
+      codes[i] = w.data + (r + static_cast<std::size_t>(i) * dr) * w.row_stride;
+      sc[i] = w.scales + (r + static_cast<std::size_t>(i) * dr) * w.scale_stride;
+      acc[i] = _mm256_setzero_ps();
+    }
+    const float gh = w.global * 0.5f;  // the table is doubled
+    for (std::size_t j = 0; j < groups; ++j) {
+      const float* xj = x + 32 * j;
+      const __m256 x0 = _mm256_loadu_ps(xj), x1 = _mm256_loadu_ps(xj + 8), x2 = _mm256_loadu_ps(xj + 16),
+                   x3 = _mm256_loadu_ps(xj + 24);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        __m128i lo, hi;
+        fp4_doubled_256(codes[i] + 16 * j, lo, hi);
+        __m256 p0 = _mm256_mul_ps(i8lo_ps(lo), x0);
+        p0 = _mm256_fmadd_ps(i8hi_ps(lo), x1, p0);
+        __m256 p1 = _mm256_mul_ps(i8lo_ps(hi), x2);
+        p1 = _mm256_fmadd_ps(i8hi_ps(hi), x3, p1);
+        if constexpr (NV) {
+          acc[i] = _mm256_fmadd_ps(p0, _mm256_set1_ps(e4m3[ld_u8(sc[i] + 2 * j)] * gh), acc[i]);
+          acc[i] = _mm256_fmadd_ps(p1, _mm256_set1_ps(e4m3[ld_u8(sc[i] + 2 * j + 1)] * gh), acc[i]);
+        } else {
+          acc[i] = _mm256_fmadd_ps(_mm256_add_ps(p0, p1), _mm256_set1_ps(e8m0_to_f32(ld_u8(sc[i] + j)) * gh), acc[i]);
+        }
       }
     }
-  }
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = hsum_256(acc[i]);
-    if (groups * 32 < K) {
-      const std::size_t k = groups * 32;
-      sum += fp4_dot_scalar(codes[i] + k / 2, x + k, 16) * block_factor(w, r + static_cast<std::size_t>(i), k);
+    for (int i = 0; i < R; ++i) {
+      float sum = hsum_256(acc[i]);
+      if (groups * 32 < K) {
+        const std::size_t k = groups * 32;
+        sum += fp4_dot_scalar(codes[i] + k / 2, x + k, 16) * block_factor(w, r + static_cast<std::size_t>(i) * dr, k);
+      }
+      y[static_cast<std::size_t>(i) * dr] = sum;
     }
-    y[i] = sum;
   }
 }
 
-// f32 / bf16 / f16 fused GEMV, natural order, 16 columns per step.
+// f32 / bf16 / f16 fused GEMV, natural order, 16 columns per step; blocks of rows as
+// gemv_fp4_256.
 template <int R, weight_format F>
-SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y) noexcept {
+SLM_MM_AVX2 void gemv_f_256(const weight_matrix& w, std::size_t r, const float* x, const float*, float* y,
+                            std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 16;
-  const std::byte* row[R];
-  __m256 acc[R], acc2[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    row[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    acc[i] = _mm256_setzero_ps();
-    acc2[i] = _mm256_setzero_ps();
-  }
-  for (std::size_t j = 0; j < groups; ++j) {
-    const __m256 x0 = _mm256_loadu_ps(x + 16 * j), x1 = _mm256_loadu_ps(x + 16 * j + 8);
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* row[R];
+    __m256 acc[R], acc2[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      __m256 w0, w1;
-      if constexpr (F == weight_format::f32) {
-        w0 = _mm256_loadu_ps(reinterpret_cast<const float*>(row[i] + 64 * j));
-        w1 = _mm256_loadu_ps(reinterpret_cast<const float*>(row[i] + 64 * j + 32));
-      } else if constexpr (F == weight_format::f16) {
-        w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j)));
-        w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16)));
-      } else {  // two 16-byte loads, each widened from memory (from one 32-byte load and an
-                // extract, g++'s code ran at half this rate)
-        const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j));
-        const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16));
-        w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v0), 16));
-        w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v1), 16));
-      }
-      acc[i] = _mm256_fmadd_ps(w0, x0, acc[i]);
-      acc2[i] = _mm256_fmadd_ps(w1, x1, acc2[i]);
+      row[i] = w.data + (r + static_cast<std::size_t>(i) * dr) * w.row_stride;
+      acc[i] = _mm256_setzero_ps();
+      acc2[i] = _mm256_setzero_ps();
     }
-  }
+    for (std::size_t j = 0; j < groups; ++j) {
+      const __m256 x0 = _mm256_loadu_ps(x + 16 * j), x1 = _mm256_loadu_ps(x + 16 * j + 8);
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    float sum = hsum_256(_mm256_add_ps(acc[i], acc2[i]));
-    for (std::size_t k = groups * 16; k < K; ++k) sum += x[k] * element(w.format, row[i], k);
-    y[i] = w.global == 1.0f ? sum : sum * w.global;
+      for (int i = 0; i < R; ++i) {
+        __m256 w0, w1;
+        if constexpr (F == weight_format::f32) {
+          w0 = _mm256_loadu_ps(reinterpret_cast<const float*>(row[i] + 64 * j));
+          w1 = _mm256_loadu_ps(reinterpret_cast<const float*>(row[i] + 64 * j + 32));
+        } else if constexpr (F == weight_format::f16) {
+          w0 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j)));
+          w1 = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16)));
+        } else {  // two 16-byte loads, each widened from memory (from one 32-byte load and an
+                  // extract, g++'s code ran at half this rate)
+          const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j));
+          const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + 32 * j + 16));
+          w0 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v0), 16));
+          w1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v1), 16));
+        }
+        acc[i] = _mm256_fmadd_ps(w0, x0, acc[i]);
+        acc2[i] = _mm256_fmadd_ps(w1, x1, acc2[i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      float sum = hsum_256(_mm256_add_ps(acc[i], acc2[i]));
+      for (std::size_t k = groups * 16; k < K; ++k) sum += x[k] * element(w.format, row[i], k);
+      y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
+    }
   }
 }
 #endif  // SLM_DEFINE_KERNELS
@@ -307,8 +317,24 @@ SLM_MM_AVX2 SLM_INLINE void gemm_rows_256(const weight_matrix& w, const float* x
 #endif
 
 #if SLM_DEFINE_KERNELS
-template <bool NV> struct fp4_256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_fp4_256<R, NV>(w, r, x, nullptr, y); } }; };
-template <weight_format F> struct f_256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y) noexcept { gemv_f_256<R, F>(w, r, x, nullptr, y); } }; };
+template <bool NV> struct fp4_256 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_fp4_256<R, NV>(w, r, x, nullptr, y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
+template <weight_format F> struct f_256 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_f_256<R, F>(w, r, x, nullptr, y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
 
 SLM_MM_AVX2 SLM_INLINE void gemm_256(const weight_matrix& w, const acts& a, std::size_t n_tok, float* y,
                                      std::size_t ldy, std::size_t r0, std::size_t r1, std::byte* scratch) noexcept {
@@ -323,11 +349,11 @@ SLM_INLINE kernel_row avx2_row(weight_format f) noexcept {
   k.gemm = &gemm_256;
   k.gemm_scratch = panel_scratch;
   switch (f) {
-    case weight_format::nvfp4: set_gemv<fp4_256<true>::k>(k); break;
-    case weight_format::mxfp4: set_gemv<fp4_256<false>::k>(k); break;
-    case weight_format::bf16: set_gemv<f_256<weight_format::bf16>::k>(k); break;
-    case weight_format::f32: set_gemv<f_256<weight_format::f32>::k>(k); break;
-    case weight_format::f16: set_gemv<f_256<weight_format::f16>::k>(k); break;
+    case weight_format::nvfp4: set_gemv_streams<fp4_256<true>::k>(k); break;
+    case weight_format::mxfp4: set_gemv_streams<fp4_256<false>::k>(k); break;
+    case weight_format::bf16: set_gemv_streams<f_256<weight_format::bf16>::k>(k); break;
+    case weight_format::f32: set_gemv_streams<f_256<weight_format::f32>::k>(k); break;
+    case weight_format::f16: set_gemv_streams<f_256<weight_format::f16>::k>(k); break;
     case weight_format::fp8_e4m3: break;
   }
   return k;

@@ -194,53 +194,60 @@ SLM_W4A8_256 inline __m256i utable_256() noexcept {
   return _mm256_broadcastsi128_si256(_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
 }
 
-// GEMV over R rows starting at r. p: this token's permuted copy (permute_gemv_256).
+// GEMV over nblk blocks of R rows: block b holds rows r + b adv + i dr (i < R) and writes y
+// at the same offsets from r (dr = 1, adv = R: neighbouring rows; adv = 1: R streams,
+// kernels/kernel_row.hpp's gemv_streams). p: this token's permuted copy (permute_gemv_256).
 template <int R, bool NV>
-SLM_W4A8_256 void gemv_256(const weight_matrix& w, std::size_t r, qrow p, float* y) noexcept {
+SLM_W4A8_256 void gemv_256(const weight_matrix& w, std::size_t r, qrow p, float* y, std::size_t nblk, std::size_t dr,
+                           std::size_t adv) noexcept {
   const std::size_t K = w.cols, S = K / seg, G = K / group_256;
   const __m256i tbl = utable_256(), m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
-  const std::byte* codes[R];
-  const std::byte* sc[R];
-  __m256 acc[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) {
-    codes[i] = w.data + (r + static_cast<std::size_t>(i)) * w.row_stride;
-    sc[i] = w.scales + (r + static_cast<std::size_t>(i)) * w.scale_stride;
-    acc[i] = _mm256_setzero_ps();
-  }
-  const float gl = w.global;
-  for (std::size_t g = 0; g < G; ++g) {
-    const std::int8_t* xq = p.q + group_256 * g;
-    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
-    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
-    const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64));
-    const __m256i x3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 96));
-    const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.nc + 8 * g));
-    const __m256 hv = _mm256_loadu_ps(p.h + 8 * g);
+  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
+  for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
+    const std::byte* codes[R];
+    const std::byte* sc[R];
+    __m256 acc[R];
 #pragma GCC unroll 4
     for (int i = 0; i < R; ++i) {
-      const std::byte* c = codes[i] + 64 * g;
-      const __m256 v0 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
-      const __m256 v1 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32)));
-      _mm_prefetch(reinterpret_cast<const char*>(c + R * w.row_stride), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(c + 32 + R * w.row_stride), _MM_HINT_T0);
-      if ((g & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 8 : 4) * g + R * w.scale_stride), _MM_HINT_T0);
-      const __m256i P = _mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0x88));  // first code dwords
-      const __m256i Q = _mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0xDD));  // second code dwords
-      __m256i s16 = _mm256_maddubs_epi16(_mm256_shuffle_epi8(tbl, _mm256_and_si256(P, m4)), x0);
-      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(
-                                      _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(P, 4), m4)), x1));
-      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_shuffle_epi8(tbl, _mm256_and_si256(Q, m4)), x2));
-      s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(
-                                      _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(Q, 4), m4)), x3));
-      const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(s16, one16), n0);
-      const __m256 f = factors8_256<NV>(sc[i], g, gl);
-      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(f, hv), acc[i]);
+      codes[i] = w.data + (r + static_cast<std::size_t>(i) * dr) * w.row_stride;
+      sc[i] = w.scales + (r + static_cast<std::size_t>(i) * dr) * w.scale_stride;
+      acc[i] = _mm256_setzero_ps();
     }
-  }
+    const float gl = w.global;
+    for (std::size_t g = 0; g < G; ++g) {
+      const std::int8_t* xq = p.q + group_256 * g;
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+      const __m256i x2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 64));
+      const __m256i x3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 96));
+      const __m256i n0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.nc + 8 * g));
+      const __m256 hv = _mm256_loadu_ps(p.h + 8 * g);
 #pragma GCC unroll 4
-  for (int i = 0; i < R; ++i)  // trailing segments, natural order
-    y[i] = segment_terms(w, r + static_cast<std::size_t>(i), p.q, p.h, 8 * G, S, mm::hsum_256(acc[i]));
+      for (int i = 0; i < R; ++i) {
+        const std::byte* c = codes[i] + 64 * g;
+        const __m256 v0 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+        const __m256 v1 = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + 32)));
+        _mm_prefetch(reinterpret_cast<const char*>(c + pc), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(c + 32 + pc), _MM_HINT_T0);
+        if ((g & 7) == 0) _mm_prefetch(reinterpret_cast<const char*>(sc[i] + (NV ? 8 : 4) * g + ps), _MM_HINT_T0);
+        const __m256i P = _mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0x88));  // first code dwords
+        const __m256i Q = _mm256_castps_si256(_mm256_shuffle_ps(v0, v1, 0xDD));  // second code dwords
+        __m256i s16 = _mm256_maddubs_epi16(_mm256_shuffle_epi8(tbl, _mm256_and_si256(P, m4)), x0);
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(
+                                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(P, 4), m4)), x1));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(_mm256_shuffle_epi8(tbl, _mm256_and_si256(Q, m4)), x2));
+        s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(
+                                        _mm256_shuffle_epi8(tbl, _mm256_and_si256(_mm256_srli_epi16(Q, 4), m4)), x3));
+        const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(s16, one16), n0);
+        const __m256 f = factors8_256<NV>(sc[i], g, gl);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_mul_ps(f, hv), acc[i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i)  // trailing segments, natural order
+      y[static_cast<std::size_t>(i) * dr] = segment_terms(w, r + static_cast<std::size_t>(i) * dr, p.q, p.h, 8 * G, S, mm::hsum_256(acc[i]));
+  }
 }
 #endif  // SLM_DEFINE_KERNELS
 
@@ -393,9 +400,15 @@ SLM_W4A8_256 SLM_INLINE void prepare_gemv_256(const weight_matrix& w, const floa
   quantize_256(x, K, act_block(w.format), plain, 0);
   permute_gemv_256(plain, K, gemv_half_256(out, K, 0));
 }
-template <bool NV> struct gemv_k256 { template <int R> struct k { static void run(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y) noexcept {
-  gemv_256<R, NV>(w, r, gemv_half_256(const_cast<std::byte*>(xp), w.cols, 0), y);
-} }; };
+template <bool NV> struct gemv_k256 { template <int R> struct k {
+  static void blocks(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y,
+                     std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
+    gemv_256<R, NV>(w, r, gemv_half_256(const_cast<std::byte*>(xp), w.cols, 0), y, nblk, dr, adv);
+  }
+  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+    blocks(w, r, x, xp, y, 1, 1, R);
+  }
+}; };
 SLM_W4A8_256 SLM_INLINE void prepare_gemm_256(const weight_matrix& w, const float* x, std::size_t t, std::size_t n_tok,
                                               std::byte* out) noexcept {
   quantize_256(x, w.cols, act_block(w.format), token_row(out, w.cols, t, n_tok), 0x80);
@@ -424,8 +437,8 @@ SLM_W4A8_256 SLM_INLINE void gemm_256i(const weight_matrix& w, const mm::acts& a
 SLM_INLINE mm::kernel_row avx2_int8_row(weight_format f) noexcept {
   mm::kernel_row k;
   k.name = "avx2_int8";
-  if (f == weight_format::nvfp4) mm::set_gemv<gemv_k256<true>::k>(k);
-  else mm::set_gemv<gemv_k256<false>::k>(k);
+  if (f == weight_format::nvfp4) mm::set_gemv_streams<gemv_k256<true>::k>(k);
+  else mm::set_gemv_streams<gemv_k256<false>::k>(k);
   k.gemv_prepare = &prepare_gemv_256;
   k.gemv_bytes = &gemv_bytes_256;
   k.gemm = &gemm_256i;
