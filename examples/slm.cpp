@@ -224,7 +224,9 @@ constexpr option options[] = {
     {"dir", "DIR", "bench", "--synthetic: write the checkpoints under DIR and keep them, reusing what a run before "
      "left there for the same shape (default: a temporary directory, removed at exit)"},
     {"prompt-tokens", "N", "bench", "prompt size (default 64; 512 with --synthetic)", kind::count},
-    {"gen-tokens", "N", "bench", "tokens decoded (default 32; 128 with --synthetic)", kind::count},
+    {"gen-tokens", "N", "bench", "tokens decoded (default 32; 128 with --synthetic), after the prompt: what "
+     "llama-bench calls 'tg N @ d P' (--prompt-tokens 1 for its plain 'tg N', which starts from an empty cache)",
+     kind::count},
     {"kernels", "", "bench", "GEMV (n=1) and GEMM (n=16,128,512) for nvfp4, bf16, mxfp4, f32 on 4096x4096, 4096x14336, "
      "14336x4096, 2048x8192 (N x K); one line per case: FORMAT OP NxK n=NTOK: VALUE UNIT ratio=R (of the "
      "read-bandwidth or FMA probe; GEMM ratios of the _bf16act lines are to the bf16 dot probe, or to the AMX "
