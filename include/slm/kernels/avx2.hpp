@@ -322,17 +322,11 @@ template <bool NV> struct fp4_256 { template <int R> struct k {
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_fp4_256<R, NV>(w, r, x, nullptr, y, nblk, dr, adv);
   }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
-  }
 }; };
 template <weight_format F> struct f_256 { template <int R> struct k {
   static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y,
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_f_256<R, F>(w, r, x, nullptr, y, nblk, dr, adv);
-  }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
   }
 }; };
 

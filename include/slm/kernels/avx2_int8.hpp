@@ -405,9 +405,6 @@ template <bool NV> struct gemv_k256 { template <int R> struct k {
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_256<R, NV>(w, r, gemv_half_256(const_cast<std::byte*>(xp), w.cols, 0), y, nblk, dr, adv);
   }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
-  }
 }; };
 SLM_W4A8_256 SLM_INLINE void prepare_gemm_256(const weight_matrix& w, const float* x, std::size_t t, std::size_t n_tok,
                                               std::byte* out) noexcept {

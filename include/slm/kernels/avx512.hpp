@@ -230,33 +230,33 @@ SLM_MM_AVX512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const fl
   const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
-      const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
-      __m512 acc[R], acc2[R];
+    const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
+    __m512 acc[R], acc2[R];
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      acc[i] = _mm512_setzero_ps();
+      acc2[i] = _mm512_setzero_ps();
+    }
+    for (std::size_t j = 0; j < groups; ++j) {
+      const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
 #pragma GCC unroll 4
       for (int i = 0; i < R; ++i) {
-        acc[i] = _mm512_setzero_ps();
-        acc2[i] = _mm512_setzero_ps();
+        const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 64 * j;
+        const __m512i v = _mm512_loadu_si512(p);
+        // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
+        // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
+        _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
+        acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
+        acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
       }
-      for (std::size_t j = 0; j < groups; ++j) {
-        const __m512 xe = _mm512_loadu_ps(xp + 32 * j), xo = _mm512_loadu_ps(xp + 32 * j + 16);
+    }
 #pragma GCC unroll 4
-        for (int i = 0; i < R; ++i) {
-          const std::byte* p = rows + static_cast<std::size_t>(i) * rs + 64 * j;
-          const __m512i v = _mm512_loadu_si512(p);
-          // Into L2 (T1), not L1: paired runs at K = 4096 measured 0.87-0.91 of the read probe
-          // with T0 and 0.93-1.05 with T1 (L1 miss slots are the scarcer resource).
-          _mm_prefetch(reinterpret_cast<const char*>(p + pc), _MM_HINT_T1);
-          acc[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(v, 16)), xe, acc[i]);
-          acc2[i] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(v, hi_mask)), xo, acc2[i]);
-        }
-      }
-#pragma GCC unroll 4
-      for (int i = 0; i < R; ++i) {
-        const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
-        float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
-        for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row + 2 * k));
-        y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
-      }
+    for (int i = 0; i < R; ++i) {
+      const std::byte* row = rows + static_cast<std::size_t>(i) * rs;
+      float sum = hsum_512(_mm512_add_ps(acc[i], acc2[i]));
+      for (std::size_t k = groups * 32; k < K; ++k) sum += x[k] * bf16_to_f32(ld_u16(row + 2 * k));
+      y[static_cast<std::size_t>(i) * dr] = w.global == 1.0f ? sum : sum * w.global;
+    }
   }
 }
 
@@ -446,17 +446,11 @@ template <bool NV> struct fp4_512 { template <int R> struct k {
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_fp4_512<R, NV>(w, r, x, reinterpret_cast<const float*>(xp), y, nblk, dr, adv);
   }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
-  }
 }; };
 template <int R> struct bf16_512 {
   static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y,
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_bf16_512<R>(w, r, x, reinterpret_cast<const float*>(xp), y, nblk, dr, adv);
-  }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
   }
 };
 
@@ -464,9 +458,6 @@ template <bool F16> struct f_512 { template <int R> struct k {
   static void blocks(const weight_matrix& w, std::size_t r, const float* x, const std::byte*, float* y,
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_f_512<R, F16>(w, r, x, nullptr, y, nblk, dr, adv);
-  }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
   }
 }; };
 

@@ -407,17 +407,11 @@ template <bool NV> struct fp4 { template <int R> struct k {
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_fp4_512<R, NV>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y, nblk, dr, adv);
   }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
-  }
 }; };
 template <int R> struct bf16 {
   static void blocks(const weight_matrix& w, std::size_t r, const float*, const std::byte* xp, float* y,
                      std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
     gemv_bf16_512<R>(w, r, reinterpret_cast<const std::uint16_t*>(xp), y, nblk, dr, adv);
-  }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
   }
 };
 

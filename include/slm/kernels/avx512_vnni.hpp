@@ -418,9 +418,6 @@ template <bool NV> struct gemv_k { template <int R> struct k {
                     reinterpret_cast<const float*>(xp + 2 * q_bytes(K, 1)),
                     reinterpret_cast<const std::int32_t*>(xp + 2 * q_bytes(K, 1) + hs_bytes(K, 1)), y, nblk, dr, adv);
   }
-  static void run(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
-    blocks(w, r, x, xp, y, 1, 1, R);
-  }
 }; };
 SLM_W4A8_512 SLM_INLINE void prepare_gemm(const weight_matrix& w, const float* x, std::size_t t, std::size_t n_tok,
                                           std::byte* out) noexcept {

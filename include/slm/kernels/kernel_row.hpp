@@ -97,30 +97,39 @@ constexpr void set_gemv(kernel_row& k) noexcept {
   k.gemv[4] = &K<4>::run;
 }
 
-// One token's rows [r0, r1) as four sequential streams: K<4>::blocks(w, r, x, xp, y, nblk,
-// dr, adv) computes nblk blocks of 4 rows, block b holding rows r + b adv + i dr (i < 4) and
-// writing y at the same offsets from r; here adv = 1 and dr = a quarter of the rows. Then
-// the last (r1 - r0) % 4 rows through K<R>::run. Why streams: neighbouring rows of a
-// short matrix (K = 1024 at 4 bits: four rows are 2 KiB of one page) read column group by
-// column group make a pattern the hardware prefetcher does not follow; four streams it
-// does (qwen3-0.6b's matrices in decode order, 2-core Xeon, W4A8: 19 -> 26 GB/s).
+// One block of R neighbouring rows through a family that computes blocks of rows
+// (K<R>::blocks(w, r, x, xp, y, nblk, dr, adv): nblk blocks of R rows, block b holding rows
+// r + b adv + i dr (i < R) and writing y at the same offsets from r).
+template <template <int> class K, int R>
+void gemv_block(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp, float* y) noexcept {
+  K<R>::blocks(w, r, x, xp, y, 1, 1, R);
+}
+
+// One token's rows [r0, r1) as four sequential streams (adv = 1, dr = a quarter of the
+// rows), then the last (r1 - r0) % 4 rows. Why streams: neighbouring rows of a short
+// matrix (K = 1024 at 4 bits: four rows are 2 KiB of one page) read column group by column
+// group make a pattern the hardware prefetcher does not follow; four streams it does
+// (qwen3-0.6b's matrices in decode order, 2-core Xeon, W4A8: 19 -> 26 GB/s).
 template <template <int> class K>
 void gemv_streams(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x, const std::byte* xp,
                   float* y) noexcept {
   const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
   if (n4) K<4>::blocks(w, r0, x, xp, y, n4, n4, 1);
   switch (r1 - r) {
-    case 1: K<1>::run(w, r, x, xp, y + 4 * n4); break;
-    case 2: K<2>::run(w, r, x, xp, y + 4 * n4); break;
-    case 3: K<3>::run(w, r, x, xp, y + 4 * n4); break;
+    case 1: gemv_block<K, 1>(w, r, x, xp, y + 4 * n4); break;
+    case 2: gemv_block<K, 2>(w, r, x, xp, y + 4 * n4); break;
+    case 3: gemv_block<K, 3>(w, r, x, xp, y + 4 * n4); break;
     default: break;
   }
 }
 
-// set_gemv, and gemv_span = gemv_streams<K>.
+// For a family of K<R>::blocks: gemv[1..4] one block each, gemv_span = gemv_streams<K>.
 template <template <int> class K>
 constexpr void set_gemv_streams(kernel_row& k) noexcept {
-  set_gemv<K>(k);
+  k.gemv[1] = &gemv_block<K, 1>;
+  k.gemv[2] = &gemv_block<K, 2>;
+  k.gemv[3] = &gemv_block<K, 3>;
+  k.gemv[4] = &gemv_block<K, 4>;
   k.gemv_span = &gemv_streams<K>;
 }
 #endif  // SLM_DEFINE_KERNELS
