@@ -61,9 +61,11 @@ using bytes_fn = std::size_t (*)(std::size_t K, std::size_t n_tok) noexcept;
 // y[r .. r + R) for one token: x its activations, xp its prepared copy.
 using gemv_fn = void (*)(const weight_matrix& w, std::size_t r, const float* x, const std::byte* xp,
                          float* y) noexcept;
-// y[0 .. r1 - r0) = rows [r0, r1) for one token.
-using gemv_span_fn = void (*)(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x,
-                              const std::byte* xp, float* y) noexcept;
+// Rows [r0, r1) for n_tok tokens: token t's activations at x + t ldx, its prepared copy at
+// xp + t xstride, its rows at y + t ldy (y: row r0 of token 0).
+using gemv_span_fn = void (*)(const weight_matrix& w, std::size_t r0, std::size_t r1, std::size_t n_tok,
+                              const float* x, std::size_t ldx, const std::byte* xp, std::size_t xstride, float* y,
+                              std::size_t ldy) noexcept;
 // Y rows [r0, r1) for every token; scratch: gemm_scratch bytes of this chunk, 64-aligned.
 using gemm_fn = void (*)(const weight_matrix& w, const acts& a, std::size_t n_tok, float* y, std::size_t ldy,
                          std::size_t r0, std::size_t r1, std::byte* scratch) noexcept;
@@ -76,8 +78,8 @@ struct kernel_row {
   // Fused GEMV for up to gemv_max_tokens tokens: gemv[R] computes R rows (1..gemv_rows).
   // Null: the GEMM runs at every n_tok.
   gemv_fn gemv[gemv_rows + 1] = {};
-  // One token's rows [r0, r1) in one call (a task of the driver's one-token GEMV), each
-  // row computed exactly as gemv[] computes it. Null: gemv[] over blocks of gemv_rows.
+  // A task's rows [r0, r1) for all its tokens in one call, each row computed exactly as
+  // gemv[] computes it. Null: gemv[] over blocks of gemv_rows.
   gemv_span_fn gemv_span = nullptr;
   prepare_fn gemv_prepare = nullptr;  // per token, before its rows; null: the kernels read x
   bytes_fn gemv_bytes = nullptr;
@@ -105,21 +107,34 @@ void gemv_block(const weight_matrix& w, std::size_t r, const float* x, const std
   K<R>::blocks(w, r, x, xp, y, 1, 1, R);
 }
 
-// One token's rows [r0, r1) as four sequential streams (adv = 1, dr = a quarter of the
-// rows), then the last (r1 - r0) % 4 rows. Why streams: neighbouring rows of a short
-// matrix (K = 1024 at 4 bits: four rows are 2 KiB of one page) read column group by column
-// group make a pattern the hardware prefetcher does not follow; four streams it does
-// (qwen3-0.6b's matrices in decode order, 2-core Xeon, W4A8: 19 -> 26 GB/s).
+// Rows [r0, r1) as four sequential streams (adv = 1, dr = a quarter of the rows), then the
+// last (r1 - r0) % 4 rows. Why streams: neighbouring rows of a short matrix (K = 1024 at 4
+// bits: four rows are 2 KiB of one page) read column group by column group make a pattern
+// the hardware prefetcher does not follow; four streams it does (qwen3-0.6b's matrices in
+// decode order, 2-core Xeon, W4A8: 19 -> 26 GB/s). One token: each stream runs its whole
+// length in one call. Several (a verification forward): every token per block of four
+// stream rows, so the block's weights come from memory once and from L1 for the others.
 template <template <int> class K>
-void gemv_streams(const weight_matrix& w, std::size_t r0, std::size_t r1, const float* x, const std::byte* xp,
-                  float* y) noexcept {
+void gemv_streams(const weight_matrix& w, std::size_t r0, std::size_t r1, std::size_t n_tok, const float* x,
+                  std::size_t ldx, const std::byte* xp, std::size_t xstride, float* y, std::size_t ldy) noexcept {
   const std::size_t n4 = (r1 - r0) / 4, r = r0 + 4 * n4;
-  if (n4) K<4>::blocks(w, r0, x, xp, y, n4, n4, 1);
-  switch (r1 - r) {
-    case 1: gemv_block<K, 1>(w, r, x, xp, y + 4 * n4); break;
-    case 2: gemv_block<K, 2>(w, r, x, xp, y + 4 * n4); break;
-    case 3: gemv_block<K, 3>(w, r, x, xp, y + 4 * n4); break;
-    default: break;
+  if (n_tok == 1) {
+    if (n4) K<4>::blocks(w, r0, x, xp, y, n4, n4, 1);
+  } else {
+    for (std::size_t b = 0; b < n4; ++b)
+      for (std::size_t t = 0; t < n_tok; ++t)  // [4, K] x [K] -> [4] per token
+        K<4>::blocks(w, r0 + b, x + t * ldx, xp + t * xstride, y + t * ldy + b, 1, n4, 1);
+  }
+  for (std::size_t t = 0; t < n_tok; ++t) {
+    const float* xt = x + t * ldx;
+    const std::byte* pt = xp + t * xstride;
+    float* yt = y + t * ldy + 4 * n4;
+    switch (r1 - r) {
+      case 1: gemv_block<K, 1>(w, r, xt, pt, yt); break;
+      case 2: gemv_block<K, 2>(w, r, xt, pt, yt); break;
+      case 3: gemv_block<K, 3>(w, r, xt, pt, yt); break;
+      default: break;
+    }
   }
 }
 

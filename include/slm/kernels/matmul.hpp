@@ -166,9 +166,9 @@ SLM_INLINE status run(const kernel_row& k, const weight_matrix& w, const float* 
   // the pool), then per group of rows every token, so the group's weights come from memory
   // once and from L1/L2 for the other tokens. A row of a token is computed exactly as a
   // one-token call computes it: a verification forward over k + 1 drafted positions
-  // reproduces k + 1 decode steps bit for bit. One token: a task's rows in one call where
-  // the row has gemv_span (four sequential row streams, kernel_row.hpp). Short tasks
-  // (little work each, no scratch): cut finer, see balanced_chunks.
+  // reproduces k + 1 decode steps bit for bit. Where the row has gemv_span, a task's rows
+  // and tokens go to it in one call (four sequential row streams, kernel_row.hpp). Short
+  // tasks (little work each, no scratch): cut finer, see balanced_chunks.
   if (n_tok <= gemv_max_tokens && k.gemv[1]) {
     const static_partition gpart = partition(0, units, balanced_chunks(ex));
     const std::size_t stride = k.gemv_prepare ? round64(k.gemv_bytes(K, 1)) : 0;
@@ -182,8 +182,8 @@ SLM_INLINE status run(const kernel_row& k, const weight_matrix& w, const float* 
     return parallel_for_chunks(ex, gpart.count, [&](std::size_t c) {
       const index_range u = gpart.chunk(c);
       const index_range r{u.begin * row_unit, std::min(N, u.end * row_unit)};
-      // [rows, K] x [K] -> [rows]
-      if (n_tok == 1 && k.gemv_span) return k.gemv_span(w, r.begin, r.end, x, xp.data(), y + r.begin);
+      if (k.gemv_span)  // [rows, K] x [K] -> [rows] per token
+        return k.gemv_span(w, r.begin, r.end, n_tok, x, ldx, xp.data(), stride, y + r.begin, ldy);
       for (std::size_t n = r.begin; n < r.end; n += gemv_rows) {
         const std::size_t rows = std::min(gemv_rows, r.end - n);
         for (std::size_t t = 0; t < n_tok; ++t)  // [rows, K] x [K] -> [rows] per token
