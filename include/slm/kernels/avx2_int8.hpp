@@ -202,7 +202,7 @@ SLM_W4A8_256 void gemv_256(const weight_matrix& w, std::size_t r, qrow p, float*
                            std::size_t adv) noexcept {
   const std::size_t K = w.cols, S = K / seg, G = K / group_256;
   const __m256i tbl = utable_256(), m4 = _mm256_set1_epi8(0x0F), one16 = _mm256_set1_epi16(1);
-  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t ahead = mm::prefetch_rows(adv);
   const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
     const std::byte* codes[R];

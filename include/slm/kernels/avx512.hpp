@@ -128,7 +128,7 @@ template <int R, bool NV>
 SLM_MM_AVX512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const float* x, const float* xp,
                                 float* y, std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
-  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t ahead = prefetch_rows(adv);
   const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   const __m512 tbl = _mm512_loadu_ps(e2m1_table.data());
   const float g = w.global;
@@ -227,7 +227,7 @@ template <int R>
 SLM_MM_AVX512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const float* x, const float* xp,
                                  float* y, std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 32;
-  const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
+  const std::size_t rs = dr * w.row_stride, pc = prefetch_rows(adv) * w.row_stride;
   const __m512i hi_mask = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
     const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs

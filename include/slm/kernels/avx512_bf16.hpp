@@ -151,7 +151,7 @@ SLM_A16_512 void gemv_fp4_512(const weight_matrix& w, std::size_t r, const std::
                               std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, chunks = K / chunk, bs = NV ? 16 : 32;
   const std::size_t rs = dr * w.row_stride, ss = dr * w.scale_stride;  // row i to row i + 1 of a block
-  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t ahead = mm::prefetch_rows(adv);
   const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   const __m512i tbl = e2m1_bf16_table_512();
   // f32 lane j of every dot covers columns 8j .. 8j + 7 of the chunk: block j/2 (nvfp4)
@@ -209,7 +209,7 @@ template <int R>
 SLM_A16_512 void gemv_bf16_512(const weight_matrix& w, std::size_t r, const std::uint16_t* xb, float* y,
                                std::size_t nblk, std::size_t dr, std::size_t adv) noexcept {
   const std::size_t K = w.cols, groups = K / 64;
-  const std::size_t rs = dr * w.row_stride, pc = (adv == 1 ? 2 : adv) * w.row_stride;
+  const std::size_t rs = dr * w.row_stride, pc = mm::prefetch_rows(adv) * w.row_stride;
   for (std::size_t blk = 0; blk < nblk; ++blk, r += adv, y += adv) {
     const std::byte* rows = w.data + r * w.row_stride;  // row i of the block at rows + i rs
     __m512 acc[R], acc2[R];

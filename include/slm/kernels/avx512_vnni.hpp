@@ -219,7 +219,7 @@ SLM_W4A8_512 void gemv_512(const weight_matrix& w, std::size_t r, const std::int
                            std::size_t adv) noexcept {
   const std::size_t K = w.cols, S = K / seg, G = K / group;
   const std::size_t rs = dr * w.row_stride, ss = dr * w.scale_stride;  // row i to row i + 1 of a block
-  const std::size_t ahead = adv == 1 ? 2 : adv;  // rows ahead that the prefetches reach
+  const std::size_t ahead = mm::prefetch_rows(adv);
   const std::size_t pc = ahead * w.row_stride, ps = ahead * w.scale_stride;
   const __m512i tbl = utable_512(), m4 = _mm512_set1_epi8(0x0F);
   const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);

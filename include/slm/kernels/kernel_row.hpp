@@ -99,6 +99,11 @@ constexpr void set_gemv(kernel_row& k) noexcept {
   k.gemv[4] = &K<4>::run;
 }
 
+// Rows ahead that the software prefetches of K<R>::blocks reach, for a block advance adv:
+// the rows of the block after next in streams (adv = 1), the next block's for neighbouring
+// rows (adv = R). One policy for every family.
+constexpr std::size_t prefetch_rows(std::size_t adv) noexcept { return adv == 1 ? 2 : adv; }
+
 // One block of R neighbouring rows through a family that computes blocks of rows
 // (K<R>::blocks(w, r, x, xp, y, nblk, dr, adv): nblk blocks of R rows, block b holding rows
 // r + b adv + i dr (i < R) and writing y at the same offsets from r).
