@@ -14,3 +14,4 @@
 #include "slm/generate/generator.hpp"
 #include "slm/generate/scoring.hpp"
 #include "slm/generate/throughput.hpp"
+#include "slm/generate/completion.hpp"

@@ -88,6 +88,7 @@
 #include "slm/generate/generator.hpp"
 #include "slm/generate/scoring.hpp"
 #include "slm/generate/throughput.hpp"
+#include "slm/generate/completion.hpp"
 #include "slm/models/any_model.hpp"
 #include "slm/models/load.hpp"
 #include "slm/models/sequence_logits.hpp"

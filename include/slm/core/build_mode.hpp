@@ -50,7 +50,7 @@
 #define SLM_UNIT_KERNELS 0   // matrix kernels for every format and ISA, quantizers, converters
 #endif
 #ifndef SLM_UNIT_TEXT
-#define SLM_UNIT_TEXT 0      // tokenizer, regex, Unicode, detokenizer, sampling
+#define SLM_UNIT_TEXT 0      // tokenizer, regex, Unicode, detokenizer, sampling, prompts
 #endif
 #ifndef SLM_UNIT_DECODER
 #define SLM_UNIT_DECODER 0   // the config-driven decoder (slm::model) and its layers

@@ -65,7 +65,11 @@ concept generation_session = requires(S& s, const S& cs, std::span<const std::in
   { s.load(blob) } -> std::same_as<status>;
 };
 
-enum class stop_reason : std::uint8_t { max_tokens, stop_token, stop_string, callback, context_full, cancelled };
+// line_rule and time_budget are the completion engine's (generate/completion.hpp): its
+// line / indentation rules and its prediction time budget.
+enum class stop_reason : std::uint8_t {
+  max_tokens, stop_token, stop_string, callback, context_full, cancelled, line_rule, time_budget
+};
 
 constexpr std::string_view to_string(stop_reason r) noexcept {
   switch (r) {
@@ -75,6 +79,8 @@ constexpr std::string_view to_string(stop_reason r) noexcept {
     case stop_reason::callback: return "stopped by the callback";
     case stop_reason::context_full: return "context full";
     case stop_reason::cancelled: return "cancelled";
+    case stop_reason::line_rule: return "line rule";
+    case stop_reason::time_budget: return "time budget";
   }
   return "?";
 }
@@ -196,6 +202,19 @@ class generator {
     return generate_to(o, cx, text_sink{nullptr, [](void*, std::string_view) { return true; }});
   }
 
+  // ---- Reuse (the completion engine keeps generators and cuts them back) ----
+  // Drops the last n tokens of history() from the session: exact, or refused as the
+  // session's rollback is (a recurrent layer keeps session_options::rollback_tokens
+  // states). logits() is then empty (ready() false) until the next prefill, which must
+  // feed at least one token.
+  status rollback(std::size_t n);
+  // Replaces the state with a session blob (save()'s bytes) whose tokens are `history`:
+  // the blob's position must be history.size(). On an error nothing changes. logits() is
+  // then empty until the next prefill.
+  status restore(std::span<const std::byte> blob, std::span<const std::int32_t> history);
+  // Forgets everything: position 0, no history, no logits.
+  void reset() noexcept;
+
   // ---- State files ----
   // One file (generator_file above: the session's state blob, the history, the pending
   // logits and the sampler's random state under one checksum). load() checks the whole
@@ -220,7 +239,7 @@ class generator {
     if (cx.cancel && cx.cancel->cancelled()) return make_error(errc::cancelled, "cancelled");
     return {};
   }
-  status rollback(std::size_t n) {
+  status rollback_session(std::size_t n) {
     if constexpr (requires { session_.rollback(n); }) return session_.rollback(n);
     else return make_error(errc::unsupported, "the session cannot roll back");
   }
@@ -265,7 +284,7 @@ status generator<Session>::prefill(std::span<const std::int32_t> ids, compute_co
     if (s.ok()) s = session_.forward(ids.subspan(fed, n), last ? 1 : 0, last ? row.data() : nullptr, cx);
     if (!s.ok()) {
       if (fed > 0) {
-        if (status r = rollback(fed); !r.ok())
+        if (status r = rollback_session(fed); !r.ok())
           return std::move(s).with_context(cat("prefill (and the session could not drop the ", fed,
                                                " tokens fed before the error: ", r.message(), ")"));
       }
@@ -363,6 +382,38 @@ result<generation_result> generator<Session>::generate_to(const generation_optio
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+template <generation_session Session>
+status generator<Session>::rollback(std::size_t n) {
+  if (n > history_.size())
+    return make_error(errc::out_of_range, "rollback: ", n, " tokens asked, the history holds ", history_.size());
+  if (n == 0) return {};
+  SLM_TRY(rollback_session(n));
+  history_.resize(history_.size() - n);
+  logits_.clear();
+  return {};
+}
+
+template <generation_session Session>
+status generator<Session>::restore(std::span<const std::byte> blob, std::span<const std::int32_t> history) {
+  const auto at = state_format::blob_position(blob);
+  if (!at) return make_error(errc::format_error, "restore: not a session state");
+  if (*at != history.size())
+    return make_error(errc::invalid_argument, "restore: the state is at position ", *at, ", the history holds ",
+                      history.size(), " tokens");
+  std::vector<std::int32_t> h(history.begin(), history.end());  // before the load: nothing fails after it
+  SLM_TRY(session_.load(blob));
+  history_ = std::move(h);
+  logits_.clear();
+  return {};
+}
+
+template <generation_session Session>
+void generator<Session>::reset() noexcept {
+  if constexpr (requires { session_.reset(); }) session_.reset();
+  history_.clear();
+  logits_.clear();
 }
 
 template <generation_session Session>

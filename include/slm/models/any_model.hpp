@@ -48,8 +48,12 @@ class any_session {
   std::size_t max_tokens() const noexcept;
   void reset() noexcept;
   bool can_rollback(std::size_t n) const noexcept;
+  // The largest n that rollback(k) takes for every k <= n (position() for KV-only models).
+  std::size_t rollback_limit() const noexcept;
   status rollback(std::size_t n);
   result<std::vector<std::byte>> save() const;
+  // The bytes save() would write: the state's size, without making the copy.
+  result<std::uint64_t> saved_size() const;
   status load(std::span<const std::byte> blob);
   variant& get() noexcept { return s_; }
   const variant& get() const noexcept { return s_; }
@@ -116,6 +120,14 @@ SLM_INLINE void any_session::reset() noexcept {
 
 SLM_INLINE bool any_session::can_rollback(std::size_t n) const noexcept {
   return std::visit([&](const auto& s) { return s.can_rollback(n); }, s_);
+}
+
+SLM_INLINE std::size_t any_session::rollback_limit() const noexcept {
+  return std::visit([](const auto& s) { return s.rollback_limit(); }, s_);
+}
+
+SLM_INLINE result<std::uint64_t> any_session::saved_size() const {
+  return std::visit([](const auto& s) { return s.saved_size(); }, s_);
 }
 
 SLM_INLINE status any_session::rollback(std::size_t n) {
