@@ -485,9 +485,7 @@ result<completion_result> completion_engine<Model>::run(const completion_request
   const std::span<const std::int32_t> prompt = r.prompt;
   if (prompt.empty()) return make_error(errc::invalid_argument, "complete: an empty prompt");
   const std::size_t rows = m_->vocab();
-  if (const std::size_t t = first_id_outside(prompt, rows); t < prompt.size())
-    return make_error(errc::out_of_range, "complete: token id ", prompt[t], " at index ", t,
-                      " is outside the vocabulary [0, ", rows, ")");
+  SLM_TRY(check_token_ids("complete", prompt, rows));
   if (!tok_ && (!r.stop_strings.empty() || r.single_line || r.min_indent))
     return make_error(errc::invalid_argument, "complete: stop strings and line rules need a tokenizer");
   sampler_config sc = r.sampling;

@@ -47,14 +47,6 @@
 
 namespace slm {
 
-// Every id of a call in [0, vocab); `what` names the call in the message.
-inline status check_token_ids(const char* what, std::span<const std::int32_t> ids, std::size_t vocab) {
-  if (const std::size_t t = first_id_outside(ids, vocab); t < ids.size())
-    return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
-                      " is outside the vocabulary [0, ", vocab, ")");
-  return {};
-}
-
 // One cache's record in a saved session: its kind tag, its contents, and as many positions
 // as the header says (`where` names the layer in the messages).
 template <class Cache>

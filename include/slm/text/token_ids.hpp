@@ -57,11 +57,20 @@ inline result<std::vector<std::int32_t>> parse_token_ids(std::string_view text) 
 }
 
 // The index of the first id outside [0, vocab), or ids.size() when there is none (the one
-// range check of token ids: check_vocabulary below, and a session's check_token_ids).
+// range check of token ids: check_token_ids and check_vocabulary below).
 inline std::size_t first_id_outside(std::span<const std::int32_t> ids, std::size_t vocab) noexcept {
   std::size_t i = 0;
   while (i < ids.size() && ids[i] >= 0 && static_cast<std::size_t>(ids[i]) < vocab) ++i;
   return i;
+}
+
+// Every id of a call in [0, vocab), for a forward or a completion (errc::out_of_range);
+// `what` names the call in the message.
+inline status check_token_ids(const char* what, std::span<const std::int32_t> ids, std::size_t vocab) {
+  if (const std::size_t t = first_id_outside(ids, vocab); t < ids.size())
+    return make_error(errc::out_of_range, what, ": token id ", ids[t], " at index ", t,
+                      " is outside the vocabulary [0, ", vocab, ")");
+  return {};
 }
 
 // Every id in [0, vocab): an id past it is the caller's mistake, caught before any work.
