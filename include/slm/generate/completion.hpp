@@ -36,9 +36,9 @@
 // slot for itself, or a session of its own when all are busy, and gives it back at the
 // end. The model and tokenizer are shared read-only. A request with a `key` (its
 // document) cancels the key's older request that is still running, since a newer keystroke
-// supersedes it. A newer request's cancellation reaches inside the running forward; the
-// host's compute_context::cancel is polled between prefill chunks (prefill_chunk tokens)
-// and between generated tokens. The tokens fed before a cancellation stay in the slot for
+// supersedes it. Cancellation reaches inside the running forward: the host's
+// compute_context::cancel for a request without a key, a newer request's for one with a
+// key (the host's flag is then polled between prefill chunks and generated tokens). The tokens fed before a cancellation stay in the slot for
 // the next request.
 #pragma once
 #include "slm/core/build_mode.hpp"
@@ -493,9 +493,10 @@ result<completion_result> completion_engine<Model>::run(const completion_request
   SLM_TRY(validate(sc, rows));
 
   // This request's cancellation: the host's flag, polled, or a newer request of its key.
+  // Without a key nothing else cancels it, so the forwards watch the host's flag itself.
   cancellation own;
   compute_context cx = host_cx;
-  cx.cancel = &own;
+  if (!r.key.empty() || !host_cx.cancel) cx.cancel = &own;
   auto cancelled = [&] {
     if (host_cx.cancel && host_cx.cancel->cancelled()) own.cancel();
     return own.cancelled();
