@@ -228,6 +228,7 @@ class completion_engine {
   slot* take_slot(std::span<const std::int32_t> prompt);
   void give_back(slot* s, std::uint64_t session_bytes);  // under mu_
   void evict();                                          // under mu_
+  completion_result account(completion_result out);      // a finished request into stats()
 
   const Model* m_;
   const tokenizer* tok_;
@@ -244,10 +245,7 @@ namespace detail {
 
 // The length of the common prefix of a and b.
 inline std::size_t common_prefix(std::span<const std::int32_t> a, std::span<const std::int32_t> b) noexcept {
-  const std::size_t n = std::min(a.size(), b.size());
-  std::size_t i = 0;
-  while (i < n && a[i] == b[i]) ++i;
-  return i;
+  return static_cast<std::size_t>(std::mismatch(a.begin(), a.end(), b.begin(), b.end()).first - a.begin());
 }
 
 // The byte offset of the first invalid UTF-8 sequence in s, or s.size().
@@ -547,13 +545,13 @@ result<completion_result> completion_engine<Model>::run(const completion_request
   if (gen.history().size() > common) {
     const std::size_t drop = gen.history().size() - common;
     if (!gen.session().can_rollback(drop) || !gen.rollback(drop).ok()) {
-      const saved_state* best = nullptr;
-      for (const saved_state& c : s->checkpoints)
+      saved_state* best = nullptr;
+      for (saved_state& c : s->checkpoints)
         if (c.position <= common && (!best || c.position > best->position)) best = &c;
       if (best && gen.restore(best->blob, prompt.first(best->position)).ok()) {
         out.from_checkpoint = true;
         std::lock_guard<std::mutex> lock(mu_);
-        const_cast<saved_state*>(best)->used = ++clock_;
+        best->used = ++clock_;
       } else {
         gen.reset();
       }
@@ -596,11 +594,7 @@ result<completion_result> completion_engine<Model>::run(const completion_request
       out.reason = stop_reason::time_budget;
       out.computed_tokens = pos - held;
       out.prompt_seconds = out.total_seconds = since(t0);
-      std::lock_guard<std::mutex> lock(mu_);
-      ++requests_;
-      reused_ += held;
-      computed_ += pos - held;
-      return out;
+      return account(std::move(out));
     }
     while (next_mark < marks.size() && marks[next_mark] <= pos) ++next_mark;
     std::size_t end = std::min(prompt.size(), pos + opt_.prefill_chunk);
@@ -677,6 +671,11 @@ result<completion_result> completion_engine<Model>::run(const completion_request
   else if (!host_stopped) deliver(lines.flush());
   if (first) out.first_token_seconds = since(t0);
   out.total_seconds = since(t0);
+  return account(std::move(out));
+}
+
+template <class Model>
+completion_result completion_engine<Model>::account(completion_result out) {
   std::lock_guard<std::mutex> lock(mu_);
   ++requests_;
   reused_ += out.reused_tokens;
